@@ -40,7 +40,9 @@ class SecureRNG:
         return "SecureRNG()"
 
 
-RNGLike: TypeAlias = int | np.integer | np.random.SeedSequence | np.random.Generator | SecureRNG | Literal["secure"] | None
+RNGLike: TypeAlias = (
+    int | np.integer | np.random.SeedSequence | np.random.Generator | SecureRNG | Literal["secure"] | None
+)
 
 
 def check_rng(rng: RNGLike) -> np.random.Generator | SecureRNG:

@@ -1,0 +1,701 @@
+"""Privacy accountants: one interface, paper-rule and tight implementations.
+
+Every accountant composes events in two phases: it first computes what the ledger would spend with
+the new event, refuses with :class:`~dpopt.exceptions.BudgetExceededError` (state unchanged) if that
+exceeds its budget, and only then records the event.  Callers compose *before* drawing noise.
+
+Paper-rule accountants (``"basic"``, ``"advanced"``) reproduce the arithmetic of the seed documents
+(sequential composition, Dwork-Rothblum-Vadhan strong composition, amplification-by-subsampling
+lemmas with their preconditions checked).  Tight accountants (``"rdp"``, ``"pld"``) analyse the same
+events with Rényi DP or privacy-loss distributions through Google's ``dp-accounting``; that library
+is wrapped here and not exposed to the rest of dpopt.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import dp_accounting
+from dp_accounting.pld import common as pld_common
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.rdp import RdpAccountant as _DpaRdpAccountant
+
+from dpopt._validation import check_int, check_positive, check_probability
+from dpopt.accounting.events import (
+    ComposedEvent,
+    EpsilonDeltaEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    Neighbouring,
+    NonPrivateEvent,
+    PoissonSampledEvent,
+    PrivacyEvent,
+    RepeatedEvent,
+    SampledWithoutReplacementEvent,
+    check_neighbouring,
+)
+from dpopt.exceptions import (
+    BudgetExceededError,
+    InvalidParameterError,
+    PrivacyClaimWarning,
+    UnsupportedEventError,
+)
+
+__all__ = [
+    "Accountant",
+    "AdvancedCompositionAccountant",
+    "BasicAccountant",
+    "Budget",
+    "LedgerEntry",
+    "PldAccountant",
+    "PrivacySpent",
+    "RdpAccountant",
+    "make_accountant",
+]
+
+_REL_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A privacy budget (ε, δ).  ε > 0 and finite; 0 <= δ < 1."""
+
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "epsilon", check_positive(self.epsilon, "epsilon"))
+        object.__setattr__(self, "delta", check_probability(self.delta, "delta"))
+
+    def __str__(self) -> str:
+        return f"(ε={self.epsilon:g}, δ={self.delta:g})"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One composed event: what, how many times, and a free-text label."""
+
+    event: PrivacyEvent
+    count: int
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class PrivacySpent:
+    """What a ledger has spent.
+
+    Attributes
+    ----------
+    epsilon, delta
+        The guarantee computed by ``accountant`` (ε for the given δ).
+    neighbouring
+        The neighbouring relation the sensitivities were declared under.
+    accountant
+        Name of the accountant that produced the figure (``"basic"``, ``"advanced"``, ``"rdp"``,
+        ``"pld"``).
+    n_events
+        Number of elementary releases composed.
+    verified_epsilon
+        For paper-rule accountants: ε at the same δ computed by the tight PLD accountant on the
+        actual mechanisms (None when not computable).  If it exceeds ``epsilon`` the paper's claim
+        is unsound and ``verified_epsilon`` is the true figure.
+    notes
+        Warnings recorded while composing (e.g. a lemma applied outside its preconditions).
+    """
+
+    epsilon: float
+    delta: float
+    neighbouring: Neighbouring
+    accountant: str
+    n_events: int
+    verified_epsilon: float | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sound(self) -> bool:
+        """False when the verified (tight) ε exceeds the claimed ε."""
+        return self.verified_epsilon is None or self.verified_epsilon <= self.epsilon * (1 + 1e-6) + 1e-9
+
+    @property
+    def true_epsilon(self) -> float:
+        """The figure that holds: the claimed ε, or the verified one when the claim is unsound."""
+        if self.sound or self.verified_epsilon is None:
+            return self.epsilon
+        return self.verified_epsilon
+
+    def __str__(self) -> str:
+        s = f"(ε={self.epsilon:.4g}, δ={self.delta:.3g})-DP [{self.accountant}, {self.neighbouring}]"
+        if not self.sound:
+            s += f" — claim unsound, true ε={self.true_epsilon:.4g}"
+        return s
+
+
+def _count_events(event: PrivacyEvent) -> int:
+    if isinstance(event, ComposedEvent):
+        return sum(_count_events(e) for e in event.events)
+    if isinstance(event, RepeatedEvent):
+        return event.count * _count_events(event.event)
+    return 1
+
+
+class Accountant(ABC):
+    """Common interface of all accountants.
+
+    Parameters
+    ----------
+    budget
+        Optional budget; :meth:`compose` refuses events that would exceed it (at ``budget.delta``).
+    neighbouring
+        ``"add_remove"`` or ``"replace_one"``: the relation under which event sensitivities are
+        declared and under which subsampling lemmas are applied.
+    """
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, *, budget: Budget | None = None, neighbouring: Neighbouring = "add_remove") -> None:
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidParameterError("budget: expected a dpopt.accounting.Budget or None")
+        self.budget = budget
+        self.neighbouring: Neighbouring = check_neighbouring(neighbouring)
+        self._ledger: list[LedgerEntry] = []
+        self._notes: list[str] = []
+        self._state: Any = self._empty_state()
+
+    # --- to implement -----------------------------------------------------------------------------
+    @abstractmethod
+    def _empty_state(self) -> Any: ...
+
+    @abstractmethod
+    def _extend(self, state: Any, event: PrivacyEvent, count: int) -> tuple[Any, list[str]]:
+        """Return the state after composing ``count`` copies of ``event`` (without mutating ``state``)
+        and notes; raise UnsupportedEventError if the event cannot be analysed."""
+
+    @abstractmethod
+    def _epsilon(self, state: Any, delta: float) -> float: ...
+
+    # --- public interface -------------------------------------------------------------------------
+    @property
+    def ledger(self) -> tuple[LedgerEntry, ...]:
+        """The composed events, in order."""
+        return tuple(self._ledger)
+
+    @property
+    def n_events(self) -> int:
+        """Number of elementary releases composed so far."""
+        return sum(e.count * _count_events(e.event) for e in self._ledger)
+
+    def _check_event(self, event: PrivacyEvent, count: int) -> int:
+        if not isinstance(event, PrivacyEvent):
+            raise InvalidParameterError(
+                f"event: expected a dpopt.accounting event (e.g. GaussianEvent), got {type(event).__name__}"
+            )
+        return check_int(count, "count", minimum=1)
+
+    def would_spend(self, event: PrivacyEvent, count: int = 1, delta: float | None = None) -> float:
+        """ε (at ``delta``, default the budget's δ) the ledger would spend after composing ``event``."""
+        count = self._check_event(event, count)
+        state, _ = self._extend(self._state, event, count)
+        return self._epsilon(state, self._delta_or_budget(delta))
+
+    def compose(self, event: PrivacyEvent, count: int = 1, *, label: str = "") -> None:
+        """Check ``count`` copies of ``event`` against the budget, then record them.
+
+        Raises
+        ------
+        BudgetExceededError
+            If the budget would be exceeded; the accountant is left unchanged.
+        UnsupportedEventError
+            If this accountant cannot analyse the event (or a lemma's precondition fails).
+        """
+        count = self._check_event(event, count)
+        state, notes = self._extend(self._state, event, count)
+        if self.budget is not None:
+            eps = self._epsilon(state, self.budget.delta)
+            if not eps <= self.budget.epsilon * (1 + _REL_TOL) + 1e-12:
+                raise BudgetExceededError(
+                    f"composing this event would spend ε={eps:.4g} at δ={self.budget.delta:g}, over the "
+                    f"budget ε={self.budget.epsilon:g} ({self.kind} accountant); increase the noise, "
+                    "reduce the number of releases or raise the budget"
+                )
+        for note in notes:
+            warnings.warn(note, PrivacyClaimWarning, stacklevel=2)
+        self._state = state
+        self._notes.extend(notes)
+        self._ledger.append(LedgerEntry(event, count, label))
+
+    def epsilon(self, delta: float | None = None) -> float:
+        """ε spent so far at ``delta`` (default: the budget's δ, else 0).  0 for an empty ledger."""
+        return self._epsilon(self._state, self._delta_or_budget(delta))
+
+    def spent(self, delta: float | None = None) -> PrivacySpent:
+        """A :class:`PrivacySpent` summary at ``delta`` (default: the budget's δ, else 0)."""
+        d = self._delta_or_budget(delta)
+        return PrivacySpent(
+            epsilon=self._epsilon(self._state, d),
+            delta=d,
+            neighbouring=self.neighbouring,
+            accountant=self.kind,
+            n_events=self.n_events,
+            verified_epsilon=self._verify(d),
+            notes=tuple(self._notes),
+        )
+
+    def _verify(self, delta: float) -> float | None:
+        return None
+
+    def fresh(self) -> Accountant:
+        """An empty accountant of the same kind and settings."""
+        new = copy.copy(self)
+        new._ledger, new._notes, new._state = [], [], self._empty_state()
+        return new
+
+    def _delta_or_budget(self, delta: float | None) -> float:
+        if delta is None:
+            return self.budget.delta if self.budget is not None else 0.0
+        return check_probability(delta, "delta")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(budget={self.budget}, neighbouring={self.neighbouring!r}, events={self.n_events})"
+
+
+# ------------------------------------------------------------------------------------------------
+# Paper-rule accountants
+# ------------------------------------------------------------------------------------------------
+
+SubsamplingRule = Literal["tight", "bst14", "thesis"]
+
+
+def amplified_epsilon(epsilon: float, rate: float) -> float:
+    """ln(1 + q(e^ε - 1)): amplification by subsampling (Poisson/add-remove, or fixed-size/replace-one)."""
+    if math.isinf(epsilon):
+        return math.inf
+    return math.log1p(rate * math.expm1(epsilon))
+
+
+class _PaperAccountant(Accountant):
+    """State: Counter of (ε_i, δ_i) -> multiplicity."""
+
+    def __init__(
+        self,
+        *,
+        budget: Budget | None = None,
+        neighbouring: Neighbouring = "add_remove",
+        subsampling_rule: SubsamplingRule = "tight",
+        on_precondition_failure: Literal["raise", "true"] = "raise",
+        verify: bool = True,
+    ) -> None:
+        if subsampling_rule not in ("tight", "bst14", "thesis"):
+            raise InvalidParameterError("subsampling_rule: must be 'tight', 'bst14' or 'thesis'")
+        if on_precondition_failure not in ("raise", "true"):
+            raise InvalidParameterError("on_precondition_failure: must be 'raise' or 'true'")
+        self.subsampling_rule: SubsamplingRule = subsampling_rule
+        self.on_precondition_failure = on_precondition_failure
+        self.verify = verify
+        super().__init__(budget=budget, neighbouring=neighbouring)
+
+    def _empty_state(self) -> Counter[tuple[float, float]]:
+        return Counter()
+
+    def _pairs(self, event: PrivacyEvent, notes: list[str]) -> Counter[tuple[float, float]]:
+        if isinstance(event, ComposedEvent):
+            total: Counter[tuple[float, float]] = Counter()
+            for e in event.events:
+                total.update(self._pairs(e, notes))
+            return total
+        if isinstance(event, RepeatedEvent):
+            inner = self._pairs(event.event, notes)
+            return Counter({k: v * event.count for k, v in inner.items()})
+        if isinstance(event, EpsilonDeltaEvent):
+            return Counter({(event.epsilon, event.delta): 1})
+        if isinstance(event, GaussianEvent):
+            raise UnsupportedEventError(
+                "paper-rule accountants need an (ε, δ) claim for a Gaussian release: calibrate it with "
+                "dpopt.accounting.gaussian_event(...) (which records the claim), or use the 'pld' or "
+                "'rdp' accountant"
+            )
+        if isinstance(event, PoissonSampledEvent | SampledWithoutReplacementEvent):
+            return self._sampled_pairs(event, notes)
+        eps = event.pure_epsilon()
+        if eps is None:
+            raise UnsupportedEventError(
+                f"{type(event).__name__} is not supported by the {self.kind} accountant"
+            )
+        return Counter({(eps, 0.0): 1})
+
+    def _sampled_pairs(
+        self, event: PoissonSampledEvent | SampledWithoutReplacementEvent, notes: list[str]
+    ) -> Counter[tuple[float, float]]:
+        inner = self._pairs(event.event, notes)
+        if len(inner) != 1 or next(iter(inner.values())) != 1:
+            raise UnsupportedEventError(
+                "paper-rule subsampling lemmas apply to one elementary release; wrap each step separately"
+            )
+        (eps0, delta0) = next(iter(inner))
+        q = event.rate
+        if isinstance(event, PoissonSampledEvent):
+            if self.neighbouring != "add_remove":
+                raise UnsupportedEventError(
+                    "Poisson subsampling amplification is stated for add_remove neighbours; use "
+                    "SampledWithoutReplacementEvent for replace_one, or an add_remove accountant"
+                )
+            return Counter({(amplified_epsilon(eps0, q), q * delta0): 1})
+        if self.neighbouring != "replace_one":
+            raise UnsupportedEventError(
+                "fixed-size sampling without replacement is analysed under replace_one neighbours (n public); "
+                "create the accountant with neighbouring='replace_one'"
+            )
+        rule = self.subsampling_rule
+        if rule == "bst14" and eps0 > 1:
+            msg = (
+                f"the 2(m/n)ε amplification lemma (Bassily-Smith-Thakurta 2014) requires the per-step ε0 <= 1, "
+                f"but ε0 = {eps0:.4g}; the tight rule ln(1 + (m/n)(e^ε0 - 1)) was used instead"
+            )
+            if self.on_precondition_failure == "raise":
+                raise UnsupportedEventError(msg.replace("; the tight", ". Use the tight") + " rule")
+            notes.append(msg)
+            rule = "tight"
+        if rule == "bst14":
+            eps = 2 * q * eps0
+        elif rule == "thesis":
+            eps = 2 * math.expm1(eps0) * q
+        else:
+            eps = amplified_epsilon(eps0, q)
+        return Counter({(eps, q * delta0): 1})
+
+    def _extend(self, state: Any, event: PrivacyEvent, count: int) -> tuple[Any, list[str]]:
+        notes: list[str] = []
+        pairs = self._pairs(event, notes)
+        new = Counter(state)
+        for k, v in pairs.items():
+            new[k] += v * count
+        return new, notes
+
+    @staticmethod
+    def _basic(state: Counter[tuple[float, float]], delta: float) -> float:
+        if not state:
+            return 0.0
+        total_delta = sum(d * c for (_, d), c in state.items())
+        if total_delta > delta * (1 + 1e-12):
+            return math.inf
+        return float(sum(e * c for (e, _), c in state.items()))
+
+    def _verify(self, delta: float) -> float | None:
+        if not self.verify:
+            return None
+        # Composition commutes: group identical entries so each distinct event is self-composed once.
+        shadow = PldAccountant(neighbouring=self.neighbouring)
+        try:
+            for (event, count), mult in Counter((e.event, e.count) for e in self._ledger).items():
+                shadow._state, _ = shadow._extend(shadow._state, event, count * mult)
+        except UnsupportedEventError:
+            return None
+        return shadow._epsilon(shadow._state, delta)
+
+
+class BasicAccountant(_PaperAccountant):
+    """Sequential (basic) composition: ε = Σε_i, δ = Σδ_i.
+
+    Subsampled events use the lemma selected by ``subsampling_rule``: ``"tight"``
+    (ln(1 + q(e^ε0 - 1)), Balle-Barthe-Gaboardi 2018), ``"bst14"`` (2qε0, requires ε0 <= 1) or
+    ``"thesis"`` (2(e^ε0 - 1)q).  When a precondition fails, ``on_precondition_failure="raise"``
+    refuses and ``"true"`` records the valid tight figure with a :class:`PrivacyClaimWarning`.
+    """
+
+    kind = "basic"
+
+    def _epsilon(self, state: Any, delta: float) -> float:
+        return self._basic(state, delta)
+
+
+class AdvancedCompositionAccountant(_PaperAccountant):
+    """Strong composition (Dwork-Rothblum-Vadhan 2010, heterogeneous form).
+
+    For a target δ >= Σδ_i, with slack δ' = δ - Σδ_i > 0,
+    ε = sqrt(2 ln(1/δ') Σε_i²) + Σ ε_i (e^{ε_i} - 1); the reported ε is the smaller of this and the
+    basic-composition ε (both valid).  For k identical (ε0, δ0) steps this is the familiar
+    ε0 sqrt(2k ln(1/δ')) + k ε0 (e^{ε0} - 1).
+    """
+
+    kind = "advanced"
+
+    def _epsilon(self, state: Any, delta: float) -> float:
+        basic = self._basic(state, delta)
+        if not state:
+            return 0.0
+        total_delta = sum(d * c for (_, d), c in state.items())
+        slack = delta - total_delta
+        if slack <= 0:
+            return basic
+        sq = sum(e * e * c for (e, _), c in state.items())
+        lin = sum(e * math.expm1(e) * c for (e, _), c in state.items())
+        adv = math.sqrt(2 * math.log(1 / slack) * sq) + lin
+        return min(basic, adv)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tight accountants (wrapping dp-accounting)
+# ------------------------------------------------------------------------------------------------
+
+
+def _pure_or_claim(event: PrivacyEvent) -> tuple[float, float] | None:
+    if isinstance(event, EpsilonDeltaEvent) and event.source is None:
+        return (event.epsilon, event.delta)
+    eps = event.pure_epsilon()
+    return None if eps is None else (eps, 0.0)
+
+
+class PldAccountant(Accountant):
+    """Privacy-loss-distribution accountant (dp-accounting's PLD, pessimistic discretisation).
+
+    Supports Laplace and Gaussian releases (optionally Poisson-subsampled), any pure or (ε, δ) event
+    through its worst-case PLD, fixed-size subsampling of pure/(ε, δ) events through the tight
+    amplification lemma, and compositions.  ``EpsilonDeltaEvent`` with a ``source`` is analysed
+    through the source (the actual mechanism).
+    """
+
+    kind = "pld"
+
+    def __init__(
+        self,
+        *,
+        budget: Budget | None = None,
+        neighbouring: Neighbouring = "add_remove",
+        discretization: float = 1e-4,
+    ) -> None:
+        self.discretization = check_positive(discretization, "discretization")
+        super().__init__(budget=budget, neighbouring=neighbouring)
+
+    def _relation(self) -> Any:
+        rel = dp_accounting.NeighboringRelation
+        return rel.ADD_OR_REMOVE_ONE if self.neighbouring == "add_remove" else rel.REPLACE_ONE
+
+    def _from_params(self, eps: float, delta: float) -> Any:
+        if math.isinf(eps) or delta >= 1:
+            return "inf"
+        params = pld_common.DifferentialPrivacyParameters(eps, delta)
+        return pld_lib.from_privacy_parameters(params, value_discretization_interval=self.discretization)
+
+    def _pld(self, event: PrivacyEvent) -> Any:
+        vdi = self.discretization
+        if isinstance(event, NonPrivateEvent):
+            return "inf"
+        if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
+            return self._pld(event.source)
+        if isinstance(event, LaplaceEvent):
+            return pld_lib.from_laplace_mechanism(
+                event.scale, event.sensitivity, value_discretization_interval=vdi
+            )
+        if isinstance(event, GaussianEvent):
+            return pld_lib.from_gaussian_mechanism(
+                event.sigma, event.sensitivity, value_discretization_interval=vdi
+            )
+        if isinstance(event, ComposedEvent):
+            out: Any = None
+            for e in event.events:
+                out = _compose_pld(out, self._pld(e))
+            return out
+        if isinstance(event, RepeatedEvent):
+            inner = self._pld(event.event)
+            return inner if isinstance(inner, str) or inner is None else inner.self_compose(event.count)
+        if isinstance(event, PoissonSampledEvent):
+            if self.neighbouring != "add_remove":
+                raise UnsupportedEventError(
+                    "Poisson subsampling is analysed under add_remove neighbours; create the accountant "
+                    "with neighbouring='add_remove'"
+                )
+            inner_event = event.event
+            if isinstance(inner_event, GaussianEvent):
+                return pld_lib.from_gaussian_mechanism(
+                    inner_event.sigma,
+                    inner_event.sensitivity,
+                    value_discretization_interval=vdi,
+                    sampling_prob=event.rate,
+                )
+            if isinstance(inner_event, LaplaceEvent):
+                return pld_lib.from_laplace_mechanism(
+                    inner_event.scale,
+                    inner_event.sensitivity,
+                    value_discretization_interval=vdi,
+                    sampling_prob=event.rate,
+                )
+            claim = _pure_or_claim(inner_event)
+            if claim is None:
+                raise UnsupportedEventError(
+                    f"Poisson subsampling of {type(inner_event).__name__} is not supported by the PLD accountant"
+                )
+            return self._from_params(amplified_epsilon(claim[0], event.rate), event.rate * claim[1])
+        if isinstance(event, SampledWithoutReplacementEvent):
+            if self.neighbouring != "replace_one":
+                raise UnsupportedEventError(
+                    "fixed-size sampling without replacement is analysed under replace_one neighbours; "
+                    "create the accountant with neighbouring='replace_one'"
+                )
+            claim = _pure_or_claim(event.event)
+            if claim is None:
+                raise UnsupportedEventError(
+                    f"fixed-size subsampling of {type(event.event).__name__} is not supported by the PLD "
+                    "accountant; use the 'rdp' accountant (Gaussian) or Poisson sampling"
+                )
+            return self._from_params(amplified_epsilon(claim[0], event.rate), event.rate * claim[1])
+        claim = _pure_or_claim(event)
+        if claim is None:
+            raise UnsupportedEventError(f"{type(event).__name__} is not supported by the PLD accountant")
+        return self._from_params(*claim)
+
+    def _empty_state(self) -> Any:
+        # (composed PLD or None when empty or "inf" after a non-private release, basic-composition
+        # sum of pure ε (None once an approximate-DP event is composed)).  The pure sum answers δ = 0
+        # queries, which the truncated PLD cannot.
+        return (None, 0.0)
+
+    def _extend(self, state: Any, event: PrivacyEvent, count: int) -> tuple[Any, list[str]]:
+        pld, pure = state
+        new_pld = _compose_pld(pld, self._pld(RepeatedEvent(event, count) if count > 1 else event))
+        eps = _pure_epsilon_of(event)
+        new_pure = None if pure is None or eps is None else pure + count * eps
+        return (new_pld, new_pure), []
+
+    def _epsilon(self, state: Any, delta: float) -> float:
+        pld, pure = state
+        if pld is None:
+            return 0.0
+        if isinstance(pld, str):
+            return math.inf
+        eps = max(0.0, float(pld.get_epsilon_for_delta(delta)))
+        return min(eps, pure) if pure is not None else eps
+
+
+def _pure_epsilon_of(event: PrivacyEvent) -> float | None:
+    """Pure ε of an event by basic composition / amplification, or None if it is only (ε, δ)-DP."""
+    if isinstance(event, ComposedEvent):
+        parts = [_pure_epsilon_of(e) for e in event.events]
+        return None if any(p is None for p in parts) else float(sum(p for p in parts if p is not None))
+    if isinstance(event, RepeatedEvent):
+        inner = _pure_epsilon_of(event.event)
+        return None if inner is None else inner * event.count
+    if isinstance(event, PoissonSampledEvent | SampledWithoutReplacementEvent):
+        inner = _pure_epsilon_of(event.event)
+        return None if inner is None else amplified_epsilon(inner, event.rate)
+    if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
+        return _pure_epsilon_of(event.source)
+    return event.pure_epsilon()
+
+
+def _compose_pld(a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, str) or isinstance(b, str):
+        return "inf"
+    return a.compose(b)
+
+
+class RdpAccountant(Accountant):
+    """Rényi-DP accountant (dp-accounting's ``RdpAccountant``).
+
+    Gaussian releases (optionally Poisson-subsampled under add/remove, or fixed-size subsampled
+    under replace-one) and Laplace releases are analysed exactly; other pure ε-DP events enter as
+    ε²/2-zCDP (Bun-Steinke 2016).  Approximate (ε, δ) events without a source cannot be expressed
+    in RDP and are refused (use ``"pld"``).
+    """
+
+    kind = "rdp"
+
+    def _empty_state(self) -> Any:
+        rel = dp_accounting.NeighboringRelation
+        relation = rel.ADD_OR_REMOVE_ONE if self.neighbouring == "add_remove" else rel.REPLACE_ONE
+        return (_DpaRdpAccountant(neighboring_relation=relation), 0)  # (wrapped accountant, #composed)
+
+    def _to_dpa(self, event: PrivacyEvent) -> Any:
+        if isinstance(event, NonPrivateEvent):
+            return dp_accounting.NonPrivateDpEvent()
+        if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
+            return self._to_dpa(event.source)
+        if isinstance(event, GaussianEvent):
+            return dp_accounting.GaussianDpEvent(event.noise_multiplier)
+        if isinstance(event, LaplaceEvent):
+            return dp_accounting.LaplaceDpEvent(event.scale / event.sensitivity)
+        if isinstance(event, ComposedEvent):
+            return dp_accounting.ComposedDpEvent([self._to_dpa(e) for e in event.events])
+        if isinstance(event, RepeatedEvent):
+            return dp_accounting.SelfComposedDpEvent(self._to_dpa(event.event), event.count)
+        if isinstance(event, PoissonSampledEvent | SampledWithoutReplacementEvent):
+            inner = event.event
+            if isinstance(inner, EpsilonDeltaEvent) and inner.source is not None:
+                inner = inner.source
+            if isinstance(inner, GaussianEvent):
+                g = dp_accounting.GaussianDpEvent(inner.noise_multiplier)
+                if isinstance(event, PoissonSampledEvent):
+                    return dp_accounting.PoissonSampledDpEvent(event.rate, g)
+                return dp_accounting.SampledWithoutReplacementDpEvent(
+                    event.population_size, event.sample_size, g
+                )
+            claim = _pure_or_claim(inner)
+            if claim is None or claim[1] > 0:
+                raise UnsupportedEventError(
+                    f"subsampled {type(inner).__name__} is not supported by the RDP accountant; use 'pld'"
+                )
+            eps = amplified_epsilon(claim[0], event.rate)
+            return dp_accounting.ZCDpEvent(eps * eps / 2)
+        claim = _pure_or_claim(event)
+        if claim is None or claim[1] > 0:
+            raise UnsupportedEventError(
+                f"{type(event).__name__} with δ > 0 cannot be expressed in Rényi DP; use the 'pld' accountant"
+            )
+        if math.isinf(claim[0]):
+            return dp_accounting.NonPrivateDpEvent()
+        return dp_accounting.ZCDpEvent(claim[0] ** 2 / 2)
+
+    def _extend(self, state: Any, event: PrivacyEvent, count: int) -> tuple[Any, list[str]]:
+        dpa_event = self._to_dpa(event)
+        wrapped, n = state
+        if not wrapped.supports(dpa_event):
+            raise UnsupportedEventError(
+                f"the RDP accountant cannot analyse {type(event).__name__} under {self.neighbouring} neighbours"
+            )
+        new = copy.deepcopy(wrapped)
+        new.compose(dpa_event, count)
+        return (new, n + count), []
+
+    def _epsilon(self, state: Any, delta: float) -> float:
+        wrapped, n = state
+        if n == 0:
+            return 0.0
+        if delta == 0:
+            return math.inf  # RDP gives no pure-DP bound
+        return max(0.0, float(wrapped.get_epsilon(delta)))
+
+
+AccountantKind = Literal["basic", "advanced", "rdp", "pld"]
+_KINDS: dict[str, type[Accountant]] = {
+    "basic": BasicAccountant,
+    "advanced": AdvancedCompositionAccountant,
+    "rdp": RdpAccountant,
+    "pld": PldAccountant,
+}
+
+
+def make_accountant(
+    kind: AccountantKind | str = "pld",
+    *,
+    budget: Budget | None = None,
+    neighbouring: Neighbouring = "add_remove",
+    **options: Any,
+) -> Accountant:
+    """Create an accountant by name: ``"basic"``, ``"advanced"`` (paper rules), ``"rdp"``, ``"pld"`` (tight).
+
+    ``"paper"`` is an alias of ``"basic"`` and ``"tight"`` of ``"pld"``.
+    """
+    name = {"paper": "basic", "tight": "pld"}.get(kind, kind)
+    if name not in _KINDS:
+        raise InvalidParameterError(
+            f"accountant: unknown kind; choose one of {sorted(_KINDS)} (or 'paper' / 'tight')"
+        )
+    return _KINDS[name](budget=budget, neighbouring=neighbouring, **options)

@@ -1,0 +1,213 @@
+"""Noise calibration: the smallest noise that meets a target (ε, δ) for a stated event structure."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal
+
+import dp_accounting
+from scipy.optimize import brentq
+
+from dpopt._validation import check_int, check_positive, check_probability
+from dpopt.accounting.accountants import AccountantKind, Budget, make_accountant
+from dpopt.accounting.events import (
+    EpsilonDeltaEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    Neighbouring,
+    PoissonSampledEvent,
+    PrivacyEvent,
+    RepeatedEvent,
+)
+from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
+
+__all__ = [
+    "GaussianMethod",
+    "advanced_composition_step",
+    "calibrate",
+    "calibrate_noise",
+    "gaussian_epsilon",
+    "gaussian_event",
+    "gaussian_sigma",
+    "laplace_scale",
+]
+
+GaussianMethod = Literal["analytic", "classic", "coa"]
+
+
+def laplace_scale(epsilon: float, sensitivity: float = 1.0) -> float:
+    """Laplace scale b = Δ₁/ε for one ε-DP release."""
+    return check_positive(sensitivity, "sensitivity") / check_positive(epsilon, "epsilon")
+
+
+def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> float:
+    """Exact ε at ``delta`` of one Gaussian release (analytic Gaussian mechanism, Balle-Wang 2018)."""
+    s = check_positive(sigma, "sigma") / check_positive(sensitivity, "sensitivity")
+    d = check_probability(delta, "delta", open_left=True)
+    return float(dp_accounting.get_epsilon_gaussian(s, d))
+
+
+def gaussian_sigma(
+    epsilon: float, delta: float, sensitivity: float = 1.0, *, method: GaussianMethod = "analytic"
+) -> float:
+    """σ of one (ε, δ)-DP Gaussian release on a query of l2-sensitivity Δ.
+
+    ``"analytic"`` (default) is the exact smallest σ (Balle-Wang 2018).  ``"classic"`` is
+    Δ·sqrt(2 ln(1.25/δ))/ε (Dwork-Roth; proven only for ε < 1) and ``"coa"`` is the variant
+    Δ·sqrt(2 ln(2/δ))/ε of the COA paper.  When a classic formula gives less noise than the exact
+    requirement (large ε) a :class:`PrivacyClaimWarning` states the true ε.
+    """
+    eps = check_positive(epsilon, "epsilon")
+    d = check_probability(delta, "delta", open_left=True)
+    sens = check_positive(sensitivity, "sensitivity")
+    exact = float(dp_accounting.get_sigma_gaussian(eps, d)) * sens
+    if method == "analytic":
+        return exact
+    if method not in ("classic", "coa"):
+        raise InvalidParameterError("method: must be 'analytic', 'classic' or 'coa'")
+    c = 1.25 if method == "classic" else 2.0
+    sigma = sens * math.sqrt(2 * math.log(c / d)) / eps
+    if sigma < exact:
+        true_eps = gaussian_epsilon(sigma, d, sens)
+        warnings.warn(
+            f"the {method} Gaussian calibration is not valid at ε={eps:g} (proven for ε < 1): "
+            f"σ={sigma:.4g} gives only ε={true_eps:.4g} at δ={d:g}",
+            PrivacyClaimWarning,
+            stacklevel=2,
+        )
+    return sigma
+
+
+def gaussian_event(
+    epsilon: float, delta: float, sensitivity: float = 1.0, *, method: GaussianMethod = "analytic"
+) -> EpsilonDeltaEvent:
+    """The event of one Gaussian release calibrated to (ε, δ) by ``method``.
+
+    Paper-rule accountants compose the claim (ε, δ); tight accountants analyse the source
+    ``GaussianEvent(σ, Δ)``, so an unsound calibration shows up as a larger verified ε.
+    """
+    sigma = gaussian_sigma(epsilon, delta, sensitivity, method=method)
+    return EpsilonDeltaEvent(
+        float(epsilon),
+        float(delta),
+        source=GaussianEvent(sigma, float(sensitivity)),
+        rule=f"{method}-gaussian",
+    )
+
+
+def advanced_composition_step(
+    epsilon: float, delta: float, steps: int, *, slack_fraction: float = 0.5
+) -> tuple[float, float]:
+    """Per-step (ε0, δ0) such that ``steps``-fold strong composition gives (ε, δ).
+
+    δ is split as δ' = slack_fraction·δ for the composition slack and δ0 = (1 - slack_fraction)δ/steps
+    per step; ε0 solves ε0 sqrt(2k ln(1/δ')) + k ε0 (e^{ε0} - 1) = ε.
+    """
+    eps = check_positive(epsilon, "epsilon")
+    d = check_probability(delta, "delta", open_left=True)
+    k = check_int(steps, "steps")
+    frac = check_probability(slack_fraction, "slack_fraction", open_left=True, open_right=False)
+    slack = frac * d
+    delta0 = (1 - frac) * d / k
+
+    def excess(e0: float) -> float:
+        return e0 * math.sqrt(2 * k * math.log(1 / slack)) + k * e0 * math.expm1(e0) - eps
+
+    eps0 = float(brentq(excess, 1e-300, eps, xtol=1e-15, rtol=1e-12))
+    return eps0, delta0
+
+
+def calibrate(
+    make_event: Callable[[float], PrivacyEvent],
+    budget: Budget,
+    *,
+    accountant: AccountantKind | str = "pld",
+    neighbouring: Neighbouring = "add_remove",
+    lower: float = 1e-3,
+    upper: float = 1e3,
+    rtol: float = 1e-3,
+    **accountant_options: Any,
+) -> float:
+    """Smallest noise parameter p (up to relative ``rtol``) such that ``make_event(p)`` fits ``budget``.
+
+    ``make_event`` must describe the *whole* planned release (e.g. a ``RepeatedEvent`` of T steps)
+    and spend less as p grows.  The returned p is on the feasible side of the bisection, so
+    composing ``make_event(p)`` into an accountant of the same kind never exceeds the budget.
+    """
+    if not isinstance(budget, Budget):
+        raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
+    lo, hi = check_positive(lower, "lower"), check_positive(upper, "upper")
+    acct = make_accountant(accountant, neighbouring=neighbouring, **accountant_options)
+
+    def spend(p: float) -> float:
+        return acct.fresh().would_spend(make_event(p), delta=budget.delta)
+
+    for _ in range(60):
+        if spend(hi) <= budget.epsilon:
+            break
+        lo, hi = hi, hi * 10
+    else:
+        raise InvalidParameterError("calibration failed: no noise level within range meets the budget")
+    while spend(lo) <= budget.epsilon and lo > 1e-300:
+        hi, lo = lo, lo / 10
+    while hi / lo > 1 + rtol:
+        mid = math.sqrt(lo * hi)
+        if spend(mid) <= budget.epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def calibrate_noise(
+    budget: Budget,
+    *,
+    family: Literal["gaussian", "laplace"] = "gaussian",
+    sensitivity: float = 1.0,
+    steps: int = 1,
+    sampling_rate: float | None = None,
+    accountant: AccountantKind | str = "pld",
+    neighbouring: Neighbouring = "add_remove",
+) -> float:
+    """Noise scale (Gaussian σ or Laplace b) for ``steps`` releases, optionally Poisson-subsampled.
+
+    One unsampled Gaussian release uses the exact analytic calibration; one Laplace release, or
+    Laplace releases under basic composition, use b = stepsΔ/ε; everything else bisects on the
+    chosen accountant (default the tight PLD accountant).
+    """
+    if not isinstance(budget, Budget):
+        raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
+    sens = check_positive(sensitivity, "sensitivity")
+    k = check_int(steps, "steps")
+    q = (
+        None
+        if sampling_rate is None
+        else check_probability(sampling_rate, "sampling_rate", open_left=True, open_right=False)
+    )
+    if family not in ("gaussian", "laplace"):
+        raise InvalidParameterError("family: must be 'gaussian' or 'laplace'")
+    if family == "gaussian" and budget.delta == 0:
+        raise InvalidParameterError("Gaussian noise needs δ > 0; use family='laplace' for pure ε-DP")
+    if q is None or q == 1.0:
+        if family == "gaussian" and k == 1 and accountant in ("pld", "tight", "rdp"):
+            return gaussian_sigma(budget.epsilon, budget.delta, sens)
+        if family == "laplace" and (k == 1 or accountant in ("basic", "paper")):
+            return k * sens / budget.epsilon
+
+    def make(p: float) -> PrivacyEvent:
+        step: PrivacyEvent = GaussianEvent(p, sens) if family == "gaussian" else LaplaceEvent(p, sens)
+        if q is not None and q < 1.0:
+            step = PoissonSampledEvent(step, q)
+        return RepeatedEvent(step, k) if k > 1 else step
+
+    if family == "gaussian" and accountant in ("basic", "paper", "advanced"):
+        raise InvalidParameterError(
+            "paper-rule Gaussian calibration needs a per-step (ε, δ) split: use gaussian_event(ε/T, δ/T, "
+            "method='classic') or advanced_composition_step(...), or a tight accountant"
+        )
+    scale = sens * (k if family == "laplace" else math.sqrt(k)) / budget.epsilon
+    return calibrate(
+        make, budget, accountant=accountant, neighbouring=neighbouring, lower=scale / 100, upper=scale * 10
+    )
