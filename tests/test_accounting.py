@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 
@@ -87,7 +88,7 @@ def test_monotone_in_noise(kind: str) -> None:
         acct = make_accountant(kind)
         acct.compose(GaussianEvent(sigma), 20)
         eps.append(acct.epsilon(DELTA))
-    assert all(a > b for a, b in zip(eps, eps[1:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(eps))
 
 
 @pytest.mark.parametrize("kind", ["basic", "advanced"])
@@ -97,7 +98,7 @@ def test_paper_monotone_in_noise(kind: str) -> None:
         acct = make_accountant(kind)
         acct.compose(LaplaceEvent(scale), 50)
         eps.append(acct.epsilon(DELTA))
-    assert all(a > b for a, b in zip(eps, eps[1:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(eps))
 
 
 @pytest.mark.parametrize("kind", KINDS)

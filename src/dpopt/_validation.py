@@ -66,7 +66,7 @@ def check_array(
 ) -> NDArray[Any]:
     """Convert to a numpy array and check dimension and finiteness (message without values)."""
     try:
-        arr = np.asarray(value, dtype=dtype)
+        arr: NDArray[Any] = np.asarray(value, dtype=dtype)
     except (TypeError, ValueError):
         raise InvalidParameterError(f"{name}: could not be converted to a numeric array") from None
     if ndim is not None and arr.ndim != ndim:
