@@ -1,0 +1,115 @@
+"""Property-based checks of argument validation at the public boundary.
+
+Invalid budgets, shapes and non-finite data must raise the documented error type, and messages must
+never contain the offending data values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpopt.accounting import Budget, LaplaceEvent, make_accountant
+from dpopt.exceptions import DPOptError, InvalidParameterError
+from dpopt.mechanisms import GaussianMechanism, LaplaceMechanism, ReportNoisyMin
+from dpopt.randomness import SecureRNG, check_rng, spawn
+
+bad_epsilon = st.one_of(
+    st.floats(max_value=0.0, allow_nan=False),
+    st.just(math.nan),
+    st.just(math.inf),
+    st.just(-math.inf),
+)
+bad_delta = st.one_of(
+    st.floats(max_value=-1e-300, allow_nan=False, allow_infinity=True),
+    st.floats(min_value=1.0, allow_nan=False, allow_infinity=True),
+    st.just(math.nan),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(bad_epsilon)
+def test_invalid_epsilon_rejected(eps: float) -> None:
+    with pytest.raises(InvalidParameterError, match="epsilon"):
+        Budget(eps, 1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(bad_delta)
+def test_invalid_delta_rejected(delta: float) -> None:
+    with pytest.raises(InvalidParameterError, match="delta"):
+        Budget(1.0, delta)
+
+
+def test_non_numeric_budget_rejected() -> None:
+    with pytest.raises(InvalidParameterError, match="real number"):
+        Budget("1", 0.0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError):
+        Budget(True, 0.0)  # type: ignore[arg-type]
+
+
+# A recognisable secret value: it must never appear in any error message.
+SECRET = 987654.321
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=20),
+    st.integers(min_value=0, max_value=19),
+    st.sampled_from([math.nan, math.inf, -math.inf]),
+)
+def test_nonfinite_data_rejected_without_echo(n: int, pos: int, bad: float) -> None:
+    data = np.full(n, SECRET)
+    data[pos % n] = bad
+    for mech in (LaplaceMechanism(1.0), GaussianMechanism(1.0)):
+        with pytest.raises(InvalidParameterError) as info:
+            mech.release(data, rng=0)
+        assert "987654" not in str(info.value)
+        assert "nan" not in str(info.value).replace("NaN or infinite", "")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=2, max_size=3))
+def test_wrong_shape_scores_rejected(shape: list[int]) -> None:
+    with pytest.raises(InvalidParameterError, match="1-d") as info:
+        ReportNoisyMin(1.0).release(np.full(shape, SECRET), rng=0)
+    assert "987654" not in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [1.5, -3, "seed", [1, 2], object()])
+def test_bad_rng_rejected(bad: object) -> None:
+    with pytest.raises(InvalidParameterError, match="rng"):
+        check_rng(bad)  # type: ignore[arg-type]
+
+
+def test_rng_kinds() -> None:
+    assert isinstance(check_rng("secure"), SecureRNG)
+    g = np.random.default_rng(0)
+    assert check_rng(g) is g
+    a, b = check_rng(5).random(3), check_rng(5).random(3)
+    assert np.array_equal(a, b)
+    assert not np.array_equal(check_rng(None).random(3), check_rng(None).random(3))
+
+
+def test_spawn_depends_only_on_parent_and_key() -> None:
+    c1 = spawn(11, ["a", "b", 3])
+    c2 = spawn(11, [3, "a", "b"])
+    assert np.array_equal(c1[0].random(4), c2[1].random(4))  # type: ignore[union-attr]
+    assert np.array_equal(c1[2].random(4), c2[0].random(4))  # type: ignore[union-attr]
+    c3 = spawn(12, ["a"])
+    assert not np.array_equal(spawn(11, ["a"])[0].random(4), c3[0].random(4))  # type: ignore[union-attr]
+    assert all(isinstance(c, SecureRNG) for c in spawn("secure", [1, 2]))
+
+
+def test_errors_share_a_base_class() -> None:
+    acct = make_accountant("basic", budget=Budget(0.5))
+    with pytest.raises(DPOptError):
+        acct.compose(LaplaceEvent(1.0))
+    with pytest.raises(InvalidParameterError, match="count"):
+        make_accountant("pld").compose(LaplaceEvent(1.0), 0)
+    with pytest.raises(InvalidParameterError, match="event"):
+        make_accountant("pld").compose("laplace")  # type: ignore[arg-type]
