@@ -65,12 +65,16 @@ def chisquare_pvalue(samples: list[int], pmf, min_expected: float = 5.0) -> floa
     tail = (1.0 - centre.sum()) / 2.0
     expected = n * np.concatenate([[tail], centre, [tail]])
     arr = np.asarray(samples)
-    observed = np.concatenate(
-        [[np.sum(arr < -k)], [np.sum(arr == x) for x in xs], [np.sum(arr > k)]]
-    ).astype(float)
+    observed = np.concatenate([[np.sum(arr < -k)], [np.sum(arr == x) for x in xs], [np.sum(arr > k)]]).astype(
+        float
+    )
     if tail * n < min_expected:  # merge tiny tails into the outermost bins
-        observed = np.concatenate([[observed[0] + observed[1]], observed[2:-2], [observed[-2] + observed[-1]]])
-        expected = np.concatenate([[expected[0] + expected[1]], expected[2:-2], [expected[-2] + expected[-1]]])
+        observed = np.concatenate(
+            [[observed[0] + observed[1]], observed[2:-2], [observed[-2] + observed[-1]]]
+        )
+        expected = np.concatenate(
+            [[expected[0] + expected[1]], expected[2:-2], [expected[-2] + expected[-1]]]
+        )
     expected *= n / expected.sum()
     return float(stats.chisquare(observed, expected).pvalue)
 
@@ -145,6 +149,13 @@ def test_discrete_gaussian_chisquare(sigma2: Fraction) -> None:
     assert var <= float(sigma2)
     se_var = math.sqrt(np.mean(arr**4) - np.mean(arr**2) ** 2) / math.sqrt(arr.size)
     assert abs(np.mean(arr**2) - var) <= 5 * se_var
+
+
+@pytest.mark.parametrize("param", [Fraction(2, 5), Fraction(7, 3), 3, 0.75])
+def test_single_draw_methods_match_list_methods(param: Fraction | int | float) -> None:
+    single, batch = seeded(14), seeded(14)
+    assert [single.discrete_laplace(param) for _ in range(300)] == batch.discrete_laplace_list(param, 300)
+    assert [single.discrete_gaussian(param) for _ in range(300)] == batch.discrete_gaussian_list(param, 300)
 
 
 def test_discrete_gaussian_small_sigma_variance_is_below_sigma2() -> None:
@@ -267,7 +278,7 @@ def test_sizes_and_shapes() -> None:
     assert secure_laplace(1.0, 0, sampler=s).shape == (0,)
     assert secure_laplace(1.0, (2, 3), sampler=s).shape == (2, 3)
     assert secure_gaussian(1.0, (4,), sampler=s).shape == (4,)
-    assert secure_gaussian(1.0, np.int64(5), sampler=s).shape == (5,)
+    assert secure_gaussian(1.0, np.int64(5), sampler=s).shape == (5,)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -284,7 +295,9 @@ def test_snap_to_grid_basic() -> None:
     assert np.all(np.abs(s - x) <= g / 2)
     np.testing.assert_array_equal(snap_to_grid(s, g), s)
     # ties go up (not half-to-even, which would break the ceil sensitivity bound)
-    np.testing.assert_array_equal(snap_to_grid([0.0625, 0.1875, -0.0625, -0.1875], g), [0.125, 0.25, 0.0, -0.125])
+    np.testing.assert_array_equal(
+        snap_to_grid([0.0625, 0.1875, -0.0625, -0.1875], g), [0.125, 0.25, 0.0, -0.125]
+    )
     # no double rounding just below a tie (0.5 - 2^-54 units)
     below = (0.5 - 2.0**-54) * g
     assert snap_to_grid(below, g) == 0.0 and snap_to_grid(-below, g) == 0.0
@@ -369,7 +382,7 @@ def test_other_invalid_arguments() -> None:
     s = seeded(0)
     for bad in [-1, Fraction(-1, 3), float("nan"), float("inf")]:
         with pytest.raises(InvalidParameterError):
-            s.bernoulli_exp(bad)
+            s.bernoulli_exp(bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError):
         s.bernoulli(Fraction(3, 2))
     with pytest.raises(InvalidParameterError):
@@ -385,6 +398,8 @@ def test_other_invalid_arguments() -> None:
         snap_to_grid([2.0**60], 2.0**-3)  # |x|/g >= 2^53: x + noise would not be exact
     with pytest.raises(InvalidParameterError):
         default_granularity(1.0, 10, kind="uniform")
+    with pytest.raises(InvalidParameterError):
+        default_granularity(5e-324)  # scale / 2^10 underflows to 0
     with pytest.raises(InvalidParameterError):
         grid_sensitivity(1.0, 0.5, dim=3, norm=3)
     with pytest.raises(InvalidParameterError):

@@ -19,10 +19,10 @@ The fix implemented here (following Mironov's "snapping" idea and Canonne, Kamat
 2. Draw *integer* noise exactly from the discrete Laplace / discrete Gaussian on Z, with the scale
    expressed in grid units as an exact :class:`fractions.Fraction`, using only integer arithmetic
    and uniform random integers (CKS Algorithms 1-3, :class:`ExactSampler`).
-3. Release ``snapped_value + g * integer``.  Every term is a multiple of ``g`` and, while
-   ``|value| / g < 2**53``, the float sum is exact, so the released double has exactly the
-   discrete mechanism's distribution: there are no floating-point holes.  Anything computed from
-   the release afterwards is post-processing.
+3. Release ``snapped_value + g * integer``.  Both terms are multiples of ``g`` and, while
+   ``|snapped_value + g * integer| / g < 2**53``, the float sum is exact, so the released double
+   has exactly the discrete mechanism's distribution: there are no floating-point holes.  Anything
+   computed from the release afterwards is post-processing.
 
 Randomness comes from a ``randbelow(n) -> int`` callable, by default :func:`secrets.randbelow`
 (the OS CSPRNG).  Tests may inject ``random.Random(seed).randrange`` for reproducibility; that is
@@ -56,11 +56,13 @@ Privacy on the grid (the caveats)
     (:func:`discrete_laplace_variance`, in grid units ``2 q / (1 - q)**2`` with ``q = exp(-g/b)``);
   - ``secure_gaussian``: with ``s = sigma / g`` (Poisson summation),
     ``Var = g**2 * (s**2 - 8 pi**2 s**4 sum_{k>=1} k**2 e^{-2 pi**2 s**2 k**2}
-    / (1 + 2 sum_{k>=1} e^{-2 pi**2 s**2 k**2}))`` which is ``< sigma**2`` (CKS also show
-    ``Var < sigma**2``); for the default ``s >= 1024`` the deficit is below ``exp(-2e7)``, i.e. zero
-    in double precision (:func:`discrete_gaussian_variance`).
+    / (1 + 2 sum_{k>=1} e^{-2 pi**2 s**2 k**2}))`` which is ``< sigma**2`` (consistent with CKS,
+    who bound the variance by ``sigma**2``); for the default ``s >= 1024`` the deficit is below
+    ``exp(-2e7)``, i.e. zero in double precision (:func:`discrete_gaussian_variance`).
 
-  Utility statements derived for the continuous noise therefore remain valid (conservative).
+  Variance-based utility statements for the continuous noise therefore remain valid; tail
+  bounds hold up to the lattice (e.g. Laplace: ``P[|noise| >= k g] = 2 q**k / (1 + q)`` against
+  ``q**k`` for the continuous law).
 * Timing: the samplers run in data-independent but *noise-dependent* time (loops whose length
   depends on the drawn value); an adversary timing a single release learns something about the
   noise.  Do not expose per-release timing to untrusted parties.
@@ -240,11 +242,10 @@ class ExactSampler:
 
 
 def _largest_pow2_at_most(x: float, name: str) -> float:
-    mantissa, exponent = math.frexp(x)  # x = mantissa * 2**exponent, mantissa in [0.5, 1)
-    g = math.ldexp(1.0, exponent - 1)
-    if g <= 0.0 or not math.isfinite(g):
+    if not (x > 0.0 and math.isfinite(x)):
         raise InvalidParameterError(f"{name}: too small to define a grid; pass granularity explicitly")
-    return g
+    exponent = math.frexp(x)[1]  # x = mantissa * 2**exponent, mantissa in [0.5, 1)
+    return math.ldexp(1.0, exponent - 1)
 
 
 def _check_granularity(granularity: Any) -> float:
@@ -287,9 +288,11 @@ def snap_to_grid(values: Any, granularity: float) -> NDArray[np.float64]:
     a power of two, ``floor`` and ``u - floor(u)`` are exact in binary floating point).  Ties go
     towards +inf on purpose: ``x -> floor(x/g + 1/2)`` commutes with shifts, which is what makes
     :func:`grid_sensitivity` (``g * ceil(Delta / g)``) a valid bound; numpy's round-half-to-even
-    would not be (``0.5 g -> 0`` but ``1.5 g -> 2 g``: distance ``g`` becomes ``2 g``).  Raises :class:`InvalidParameterError` for NaN/inf entries, a
-    non-power-of-two granularity, or entries with ``|value| / granularity >= 2**53`` (beyond which
-    ``value + noise`` could no longer be computed exactly).
+    would not be (``0.5 g -> 0`` but ``1.5 g -> 2 g``: distance ``g`` becomes ``2 g``).
+
+    Raises :class:`InvalidParameterError` for NaN/inf entries, a non-power-of-two granularity, or
+    entries with ``|value| / granularity >= 2**53`` (beyond which ``value + noise`` could no longer
+    be computed exactly).
     """
     g = _check_granularity(granularity)
     arr = check_array(values, "values", dtype=float)
@@ -312,6 +315,10 @@ def grid_sensitivity(sensitivity: float, granularity: float, *, dim: int = 1, no
     delta = check_positive(sensitivity, "sensitivity")
     g = _check_granularity(granularity)
     dim = check_int(dim, "dim", minimum=1)
+    if not math.isfinite(delta / g):
+        raise InvalidParameterError(
+            "granularity: too fine for this sensitivity (sensitivity / granularity overflows)"
+        )
     if dim == 1 or norm == math.inf:
         return g * math.ceil(delta / g)
     if norm == 1:
@@ -324,9 +331,10 @@ def grid_sensitivity(sensitivity: float, granularity: float, *, dim: int = 1, no
 
 
 def discrete_laplace_variance(scale: float) -> float:
-    """Variance of the discrete Laplace with scale ``scale`` (in grid units): ``1 / (2 sinh²(1/(2 scale)))``.
+    """Variance of the discrete Laplace with scale ``scale`` (in grid units).
 
-    Equals ``2 q / (1 - q)**2`` with ``q = exp(-1/scale)``; always ``< 2 scale**2`` (by ~1/6).
+    ``1 / (2 sinh²(1 / (2 scale)))``, equal to ``2 q / (1 - q)**2`` with ``q = exp(-1/scale)``;
+    always ``< 2 scale**2`` (by about 1/6).
     """
     b = check_positive(scale, "scale")
     return 0.5 / math.sinh(0.5 / b) ** 2
@@ -378,8 +386,8 @@ def secure_laplace(
     ``P[noise = g x] ∝ exp(-|g x| / scale)``.  ``granularity`` defaults to
     ``default_granularity(scale, size, kind="laplace")``; the caller must snap the query value to
     the *same* grid (:func:`snap_to_grid`) and account with :func:`grid_sensitivity`, giving
-    ``epsilon = grid_sensitivity / scale``.  Variance: :func:`discrete_laplace_variance` ``(scale/g) * g²``
-    ``= 2 scale² - g²/6 + ...``.
+    ``epsilon = grid_sensitivity / scale``.  Variance:
+    ``g² * discrete_laplace_variance(scale / g) = 2 scale² - g²/6 + ...``.
     """
     b = check_positive(scale, "scale")
     shape = _shape(size)

@@ -19,6 +19,7 @@ stated (ε, δ) holds for the discrete mechanism exactly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +117,7 @@ def _secure_additive(
     snapped = _discrete.snap_to_grid(value, grid)
     norm = 1 if kind == "laplace" else 2
     grid_sens = _discrete.grid_sensitivity(sensitivity, grid, dim=n, norm=norm)
-    inflated = scale * grid_sens / sensitivity
+    inflated = math.nextafter(scale * grid_sens / sensitivity, math.inf)  # round up: conservative
     if kind == "laplace":
         noise = _discrete.secure_laplace(inflated, shape, granularity=grid)
     else:
