@@ -1,0 +1,264 @@
+"""Registry of named reproductions (one per seed figure or table).
+
+An :class:`Experiment` is an inert description: a name, a one-line description, where it comes
+from in the seed documents, a ``run(config, rng)`` generator of tidy records, two configurations
+(``"quick"`` for CI, ``"paper"`` for the full reproduction), and optional ``plot`` / ``tables``
+functions that read records only.
+
+Modules register experiments at import time with :func:`register`.  The built-in modules listed in
+``_BUILTIN_MODULES`` are imported lazily, the first time the registry is read (:func:`get`,
+:func:`names`, :func:`all_experiments`), so ``dpopt list`` sees them.  A built-in module that does
+not exist yet is skipped silently; one that needs an optional third-party extra which is not
+installed is skipped and reported by :func:`skipped_modules`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from dpopt.exceptions import InvalidParameterError
+
+__all__ = [
+    "TOUR",
+    "Config",
+    "Experiment",
+    "PlotFn",
+    "Record",
+    "RunFn",
+    "TablesFn",
+    "all_experiments",
+    "get",
+    "names",
+    "register",
+    "skipped_modules",
+    "tour_names",
+    "unregister",
+]
+
+Record: TypeAlias = dict[str, Any]
+#: Any frozen dataclass instance (checked at registration).
+Config: TypeAlias = Any
+RunFn: TypeAlias = Callable[[Any, np.random.Generator], Iterable[Mapping[str, Any]]]
+PlotFn: TypeAlias = Callable[[Sequence[Record], Path], list[Path]]
+TablesFn: TypeAlias = Callable[[Sequence[Record]], list[tuple[str, list[Record]]]]
+
+SCALES: tuple[str, ...] = ("quick", "paper")
+
+#: Modules imported on first registry access; each registers its experiments at import time.
+_BUILTIN_MODULES: tuple[str, ...] = ("dpopt.experiments.tour",)
+
+#: Names of experiments (besides those named ``tour-*``) that ``dpopt tour`` also runs at quick scale.
+TOUR: list[str] = []
+
+_NAME_RE = re.compile(r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$")
+
+_registry: dict[str, Experiment] = {}
+_skipped: dict[str, str] = {}
+_loaded = False
+_lock = threading.RLock()
+
+
+def _check_config(config: object, where: str) -> None:
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise InvalidParameterError(
+            f"{where}: expected a frozen dataclass instance, got {type(config).__name__}"
+        )
+    params = getattr(type(config), "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        raise InvalidParameterError(
+            f"{where}: {type(config).__name__} must be a frozen dataclass (@dataclass(frozen=True))"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """A named, reproducible experiment.
+
+    Parameters
+    ----------
+    name
+        Lower-case identifier such as ``"coa-fig2"`` or ``"kuru-fig4.2"`` (letters, digits, ``-``, ``.``).
+    description
+        What the experiment shows; the first line is the one-line summary printed by ``dpopt list``.
+    seed_doc
+        Where it comes from, e.g. ``"seed 000, Fig. 2"``.
+    run
+        ``run(config, rng)`` yields one tidy record (a flat ``dict`` of JSON-able values) at a time.
+        It must take all randomness from ``rng`` and use only dpopt's public API.  The keys
+        ``"seed"`` and ``"repetition"`` are reserved (the runner adds them).
+    configs
+        ``{"quick": Config, "paper": Config}``: frozen dataclass instances.  ``quick`` must run in
+        seconds (it runs in CI and in ``dpopt tour``).
+    plot
+        ``plot(records, out_dir) -> list[Path]`` draws PNG figures from records read back from disk
+        and returns their paths.  It must not recompute anything.
+    tables
+        ``tables(records) -> [(title, rows), ...]`` summary tables (rows are flat dicts) for the
+        HTML report.
+    """
+
+    name: str
+    description: str
+    seed_doc: str
+    run: RunFn
+    configs: Mapping[str, Config]
+    plot: PlotFn | None = None
+    tables: TablesFn | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise InvalidParameterError(
+                f"name: {self.name!r} is not a valid experiment name; use lower-case letters, digits, "
+                "'-' and '.', e.g. 'coa-fig2' or 'kuru-fig4.2'"
+            )
+        if not isinstance(self.description, str) or not self.description.strip():
+            raise InvalidParameterError(f"{self.name}: description must be a non-empty string")
+        if not isinstance(self.seed_doc, str):
+            raise InvalidParameterError(f"{self.name}: seed_doc must be a string")
+        if not callable(self.run):
+            raise InvalidParameterError(f"{self.name}: run must be callable as run(config, rng)")
+        for attr in ("plot", "tables"):
+            fn = getattr(self, attr)
+            if fn is not None and not callable(fn):
+                raise InvalidParameterError(f"{self.name}: {attr} must be callable or None")
+        if not isinstance(self.configs, Mapping):
+            raise InvalidParameterError(
+                f"{self.name}: configs must be a mapping with keys 'quick' and 'paper'"
+            )
+        missing = [s for s in SCALES if s not in self.configs]
+        if missing:
+            raise InvalidParameterError(f"{self.name}: configs lacks the scale(s) {', '.join(missing)}")
+        for scale, cfg in self.configs.items():
+            if not isinstance(scale, str):
+                raise InvalidParameterError(f"{self.name}: config scale names must be strings")
+            _check_config(cfg, f"{self.name}: configs[{scale!r}]")
+        object.__setattr__(self, "configs", MappingProxyType(dict(self.configs)))
+
+    @property
+    def summary(self) -> str:
+        """The first line of the description."""
+        return self.description.strip().splitlines()[0].strip()
+
+    def config(self, scale: str) -> Config:
+        """The configuration for ``scale`` (``"quick"`` or ``"paper"``, or any extra scale defined)."""
+        try:
+            return self.configs[scale]
+        except KeyError:
+            raise InvalidParameterError(
+                f"scale: {self.name} has no scale {scale!r}; choose one of {', '.join(self.configs)}"
+            ) from None
+
+
+def _ensure_loaded() -> None:
+    """Import the built-in experiment modules once (they register themselves)."""
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if _loaded:
+            return
+        _loaded = True  # set first: the modules call register() while being imported
+        for module in _BUILTIN_MODULES:
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                missing = exc.name or ""
+                if missing == module:
+                    continue  # not written yet: skip silently
+                if missing and missing.split(".")[0] != "dpopt":
+                    _skipped[module] = f"optional dependency {missing!r} is not installed"
+                    continue
+                raise
+
+
+def register(experiment: Experiment, *, replace: bool = False) -> Experiment:
+    """Add ``experiment`` to the registry and return it.
+
+    Registering the same object twice is a no-op; registering a different experiment under a
+    name already taken raises :class:`InvalidParameterError` unless ``replace=True``.
+    """
+    if not isinstance(experiment, Experiment):
+        raise InvalidParameterError(f"register: expected an Experiment, got {type(experiment).__name__}")
+    with _lock:
+        existing = _registry.get(experiment.name)
+        if existing is not None and existing is not experiment and not replace:
+            raise InvalidParameterError(
+                f"register: an experiment named {experiment.name!r} is already registered; "
+                "choose another name or pass replace=True"
+            )
+        _registry[experiment.name] = experiment
+    return experiment
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` from the registry (no error if absent).  Meant for tests."""
+    with _lock:
+        _registry.pop(name, None)
+
+
+def get(name: str) -> Experiment:
+    """The experiment called ``name`` (case-insensitive).
+
+    Raises
+    ------
+    InvalidParameterError
+        If no such experiment is registered; the message suggests close matches.
+    """
+    _ensure_loaded()
+    if not isinstance(name, str):
+        raise InvalidParameterError(f"experiment name: expected a string, got {type(name).__name__}")
+    key = name.strip().lower()
+    with _lock:
+        if key in _registry:
+            return _registry[key]
+        known = sorted(_registry)
+    msg = f"unknown experiment {name!r}"
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    if close:
+        msg += "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    msg += f" (run 'dpopt list' to see the {len(known)} registered experiments)"
+    raise InvalidParameterError(msg)
+
+
+def names() -> list[str]:
+    """Sorted names of all registered experiments."""
+    _ensure_loaded()
+    with _lock:
+        return sorted(_registry)
+
+
+def all_experiments() -> list[Experiment]:
+    """All registered experiments, sorted by name."""
+    _ensure_loaded()
+    with _lock:
+        return [_registry[n] for n in sorted(_registry)]
+
+
+def skipped_modules() -> dict[str, str]:
+    """Built-in experiment modules that were skipped, with the reason (a missing optional extra)."""
+    _ensure_loaded()
+    return dict(_skipped)
+
+
+def tour_names() -> list[str]:
+    """Experiments run by ``dpopt tour``: all ``tour-*`` experiments, then registered names in :data:`TOUR`.
+
+    Names in :data:`TOUR` that are not registered (e.g. their module was skipped) are left out;
+    compare with :data:`TOUR` to report them.
+    """
+    registered = names()
+    out = [n for n in registered if n.startswith("tour-")]
+    for n in TOUR:
+        if n in registered and n not in out:
+            out.append(n)
+    return out
