@@ -139,22 +139,35 @@ def calibrate(
     if not isinstance(budget, Budget):
         raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
     lo, hi = check_positive(lower, "lower"), check_positive(upper, "upper")
+    if lo >= hi:
+        raise InvalidParameterError("lower: must be smaller than upper")
     acct = make_accountant(accountant, neighbouring=neighbouring, **accountant_options)
 
-    def spend(p: float) -> float:
-        return acct.fresh().would_spend(make_event(p), delta=budget.delta)
+    def fits(p: float) -> bool:
+        return acct.fresh().would_spend(make_event(p), delta=budget.delta) <= budget.epsilon
 
-    for _ in range(60):
-        if spend(hi) <= budget.epsilon:
-            break
-        lo, hi = hi, hi * 10
+    # Bracket by walking from the geometric middle of [lower, upper] in factors of 2, so that noise
+    # levels far below the answer (where a PLD has a huge support) are never evaluated.
+    p = math.sqrt(lo * hi)
+    if fits(p):
+        hi = p
+        lo = p / 2
+        while fits(lo):
+            hi, lo = lo, lo / 2
+            if lo < 1e-300:
+                return hi
     else:
-        raise InvalidParameterError("calibration failed: no noise level within range meets the budget")
-    while spend(lo) <= budget.epsilon and lo > 1e-300:
-        hi, lo = lo, lo / 10
+        lo = p
+        hi = p * 2
+        for _ in range(2000):
+            if fits(hi):
+                break
+            lo, hi = hi, hi * 2
+        else:
+            raise InvalidParameterError("calibration failed: no finite noise level meets the budget")
     while hi / lo > 1 + rtol:
         mid = math.sqrt(lo * hi)
-        if spend(mid) <= budget.epsilon:
+        if fits(mid):
             hi = mid
         else:
             lo = mid
