@@ -98,7 +98,8 @@ def test_report_noisy_min_probabilities() -> None:
 
 
 def test_exponential_mechanism_frequencies() -> None:
-    mech = ExponentialMechanism(epsilon=1.0, sensitivity=1.0)
+    mech = ExponentialMechanism.calibrate(1.0, sensitivity=1.0)
+    assert ExponentialMechanism.calibrate(2.0, monotone=True).event.epsilon == 2.0
     u = np.array([0.0, 1.0, 3.0])
     p = mech.probabilities(u)
     assert p == pytest.approx(np.exp(u / 2) / np.exp(u / 2).sum())

@@ -330,6 +330,14 @@ class ExponentialMechanism:
         check_positive(self.epsilon, "epsilon")
         check_positive(self.sensitivity, "sensitivity")
 
+    @classmethod
+    def calibrate(
+        cls, epsilon: float | Budget, sensitivity: float = 1.0, *, monotone: bool = False
+    ) -> ExponentialMechanism:
+        """The mechanism at privacy parameter ε for utilities of sensitivity Δ."""
+        eps = epsilon.epsilon if isinstance(epsilon, Budget) else check_positive(epsilon, "epsilon")
+        return cls(eps, check_positive(sensitivity, "sensitivity"), monotone)
+
     @property
     def event(self) -> ExponentialEvent:
         return ExponentialEvent(self.epsilon)

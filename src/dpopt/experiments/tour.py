@@ -138,6 +138,7 @@ def plot(records: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
     ]
     draw_bars(ax, bars, x="mechanism", y="epsilon", by="which", spread=None)
     ax.set_title("Empirical audit: lower bound on ε (95% confidence) vs the claim")
+    ax.set_ylabel("ε")
     ax.tick_params(axis="x", labelrotation=20, labelsize=7)
     figs = [save_figure(fig, out_dir / "tour-audit.png")]
     noise = [r for r in records if r["part"] == "noise"]
