@@ -1,0 +1,1 @@
+"""Distributed optimization: topologies, partitioners, engines and private ADMM."""

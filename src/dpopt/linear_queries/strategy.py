@@ -1,0 +1,1101 @@
+"""Strategy optimization for the Gaussian matrix mechanism (COA, seeds 000/001), with certificates.
+
+Problem (COA eq. 9-10).  For a workload with Gram matrix ``V = WᵀW`` find a strategy ``A`` with
+unit column norms minimizing ``tr(W A⁺A⁺ᵀWᵀ)``; with ``X = AᵀA``:
+
+    minimize  f(X) = <X⁺, V>   subject to  diag(X) <= 1,  X ⪰ 0,  range(V) ⊆ range(X).
+
+The total expected squared error of the released answers is ``σ² f(X)`` where σ is the noise of a
+sensitivity-1 Gaussian release (:mod:`dpopt.linear_queries.mechanism`).
+
+Lagrange dual (spec A.8).  For any ``y > 0`` with ``Y = diag(y)`` and ``M(y) = (Y^½ V Y^½)^½``,
+
+    f(X) >= LB(y) = tr(M(y))² / Σ_i y_i          for every feasible X,
+
+and ``y = c·1`` gives the SVD bound ``‖W‖_*²/n``.  Every :class:`StrategyResult` carries the best
+certified lower bound found and the relative gap ``(objective - lower_bound) / lower_bound``.
+
+Methods (``optimize_strategy(..., method=...)``)
+------------------------------------------------
+``"dual"`` (default)
+    Fixed-point iteration on the dual variables, ``y ← y ⊙ diag(X(y))²`` with
+    ``X(y) = Y^-½ M(y) Y^-½`` (the minimizer of the Lagrangian), accelerated by Anderson mixing on
+    ``log y``.  Every iteration costs one symmetric eigendecomposition (or one thin SVD of an
+    ``r x n`` factor when ``rank(V) = r`` is small) and yields a lower bound *and* two feasible
+    strategies (``X(y)`` scaled uniformly, or rescaled to unit column norms); it stops when the
+    certified gap is below ``tol``.  It starts at ``y = c·1``, i.e. at the normalized square root
+    of V.  Works for rank-deficient workloads without a ridge (the strategy then has ``rank(V)``
+    rows).
+``"paper"``
+    COA exactly as Algorithms 1-3 of the paper with the corrected CG (spec A.4-A.6): X0 = I,
+    ridge ``V + θ·mean(diag V)·I``, first step steepest descent, 5 CG passes, Armijo β = 0.1,
+    σ = 0.25, 30 outer iterations, relative-decrease stopping (constants in :class:`COAParams`;
+    ``COAParams.matlab()`` gives the listing's β = 0.5, σ = 1e-4), optional θ-homotopy.
+``"newton"``
+    The same damped Newton loop, started at the normalized square root of V, with inexact-Newton
+    CG (forcing sequence) and stopping on the certified gap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import scipy.linalg as sla
+from numpy.typing import ArrayLike, NDArray
+
+from dpopt._validation import check_int, check_nonneg, check_positive
+from dpopt.exceptions import ConvergenceWarning, InvalidParameterError
+from dpopt.linear_queries.workloads import Kronecker, Workload
+
+__all__ = [
+    "COAParams",
+    "StrategyResult",
+    "coa_gradient",
+    "coa_hessian_vector",
+    "coa_objective",
+    "dual_lower_bound",
+    "estimate_memory",
+    "estimate_seconds_per_iteration",
+    "evaluate_strategy",
+    "modified_cg",
+    "optimize_strategy",
+    "strategy_error",
+    "svd_lower_bound",
+]
+
+FloatArray = NDArray[np.float64]
+Method = Literal["dual", "paper", "newton"]
+
+_BYTES_PER_ENTRY = 8
+_LOG_Y_RANGE = 30.0  # dual variables span at most e^30 (see _solve_dual)
+_CONTROLLER: Any = None
+_SMALL_N = 256  # below this size BLAS runs single-threaded
+_DENSE_COPIES = 10  # n x n float64 arrays alive at the peak of one iteration
+
+
+# ====================================================================================== results
+@dataclass(frozen=True)
+class StrategyResult:
+    """An optimized (or given) strategy with its certificate.
+
+    Attributes
+    ----------
+    strategy : ndarray of shape (p, n)
+        The strategy matrix ``A``; every column has l2 norm at most 1 (add/remove sensitivity 1).
+    objective : float
+        ``‖A‖²_{2,inf} · tr(W A⁺A⁺ᵀWᵀ)``: total expected squared error per unit noise variance.
+    lower_bound : float
+        Certified lower bound on the objective of *every* strategy (max of the dual and SVD bounds).
+    dual_bound, svd_bound : float
+        The Lagrange-dual bound ``tr(M(y))²/Σy`` at the best ``y`` found, and ``‖W‖_*²/n``.
+    gap : float
+        ``(objective - lower_bound) / lower_bound``: the strategy is certified within this factor.
+    method : str
+        ``"dual"``, ``"paper"``, ``"newton"`` or the name of a baseline / given strategy.
+    status : str
+        ``"converged"`` (gap <= tol), ``"objective_stalled"`` (paper's relative-decrease rule),
+        ``"max_iter"``, ``"max_time"``, ``"line_search_failed"``, ``"stopped_by_callback"`` or
+        ``"given"`` (evaluated, not optimized).
+    n_iter : int
+        Outer iterations performed.
+    cpu_seconds, wall_seconds : float
+        Time spent optimizing (the workload's Gram matrix excluded).
+    history : tuple of dict
+        One record per iteration (objective, lower bound, gap and method-specific diagnostics).
+    workload_fingerprint : str
+        :meth:`Workload.fingerprint` of the workload it was computed for (for caching).
+    bias : float
+        ``‖W - W A⁺A‖_F² / ‖W‖_F²``: 0 when the workload lies in the strategy's row space (the
+        answers are then unbiased and ``objective`` is exact).
+    params : dict
+        Solver settings.
+    factors : tuple of ndarray
+        For a product (Kronecker) workload: the per-attribute strategies, ``A = A_1 ⊗ ... ⊗ A_d``.
+        ``strategy`` is then the dense product when n <= 4096 and an empty ``(0, n)`` array
+        otherwise (the mechanism works with the factors).
+    """
+
+    strategy: FloatArray
+    objective: float
+    lower_bound: float
+    dual_bound: float
+    svd_bound: float
+    gap: float
+    method: str
+    status: str
+    n_iter: int
+    cpu_seconds: float
+    wall_seconds: float
+    history: tuple[dict[str, Any], ...] = ()
+    workload_fingerprint: str = ""
+    bias: float = 0.0
+    params: dict[str, Any] = field(default_factory=dict)
+    factors: tuple[FloatArray, ...] = ()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape ``(p, n)`` of the strategy matrix."""
+        return (int(self.strategy.shape[0]), int(self.strategy.shape[1]))
+
+    @property
+    def converged(self) -> bool:
+        """True when the optimizer met its tolerance."""
+        return self.status == "converged"
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save to ``path`` (``.npz``: the strategy plus JSON metadata).  Load with :meth:`load`."""
+        p = Path(path)
+        if p.suffix != ".npz":
+            p = p.with_suffix(".npz")
+        skip = ("strategy", "factors")
+        meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+        meta["history"] = list(self.history)
+        meta["n_factors"] = len(self.factors)
+        arrays: dict[str, Any] = {f"factor_{i}": A for i, A in enumerate(self.factors)}
+        arrays["strategy"] = self.strategy
+        arrays["meta"] = np.array(json.dumps(meta, default=float))
+        np.savez_compressed(p, **arrays)
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, workload: Workload | None = None) -> StrategyResult:
+        """Load a saved result; with ``workload`` check that it was computed for that workload."""
+        with np.load(Path(path), allow_pickle=False) as data:
+            strategy = np.array(data["strategy"], dtype=np.float64)
+            meta = json.loads(str(data["meta"]))
+            k = int(meta.pop("n_factors", 0))
+            factors = tuple(np.array(data[f"factor_{i}"], dtype=np.float64) for i in range(k))
+        meta["history"] = tuple(meta.get("history", ()))
+        meta["factors"] = factors
+        result = cls(strategy=strategy, **meta)
+        if workload is not None and result.workload_fingerprint != workload.fingerprint():
+            raise InvalidParameterError(
+                "the saved strategy was optimized for a different workload (fingerprint mismatch); "
+                "re-run optimize_strategy for this workload"
+            )
+        return result
+
+
+# ====================================================================================== helpers
+def _check_workload(workload: Workload | ArrayLike) -> Workload:
+    if isinstance(workload, Workload):
+        return workload
+    from dpopt.linear_queries.workloads import MatrixWorkload
+
+    return MatrixWorkload(workload)
+
+
+def estimate_memory(n: int) -> int:
+    """Bytes the optimizer needs at domain size n (about ten dense ``n x n`` float64 arrays)."""
+    n = check_int(n, "n")
+    return _DENSE_COPIES * _BYTES_PER_ENTRY * n * n
+
+
+def _available_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - platform dependent
+        return None
+
+
+def _check_memory(n: int, max_memory: float | None) -> None:
+    need = estimate_memory(n)
+    limit = _available_memory() if max_memory is None else int(max_memory)
+    if limit is not None and need > limit:
+        raise InvalidParameterError(
+            f"n={n}: optimizing a strategy needs about {need / 2**30:.2f} GiB "
+            f"(≈{_DENSE_COPIES} dense n×n float64 arrays) but only {limit / 2**30:.2f} GiB is "
+            "available; reduce n, use a structured workload, or raise max_memory"
+        )
+
+
+def _sym(A: FloatArray) -> FloatArray:
+    return (A + A.T) / 2
+
+
+def _psd_eigh(V: FloatArray) -> tuple[FloatArray, FloatArray]:
+    w, Q = sla.eigh(V, driver="evd")
+    return np.clip(w, 0.0, None), Q
+
+
+def svd_lower_bound(V: ArrayLike) -> float:
+    """``tr(V^½)²/n = ‖W‖_*²/n``: no strategy with unit column norms does better (Lemma 4)."""
+    Va = np.asarray(V, dtype=np.float64)
+    w, _ = _psd_eigh(_sym(Va))
+    return float(np.sqrt(w).sum() ** 2 / Va.shape[0])
+
+
+def dual_lower_bound(V: ArrayLike, y: ArrayLike) -> float:
+    """Certified lower bound ``tr((Y^½ V Y^½)^½)² / Σy`` for any ``y >= 0`` (not all zero)."""
+    Va = np.asarray(V, dtype=np.float64)
+    ya = np.clip(np.asarray(y, dtype=np.float64), 0.0, None)
+    if ya.shape != (Va.shape[0],) or not np.all(np.isfinite(ya)) or ya.sum() <= 0:
+        raise InvalidParameterError("y: expected a finite non-negative vector of length n, not all zero")
+    s = np.sqrt(ya)
+    w, _ = _psd_eigh(_sym(s[:, None] * Va * s[None, :]))
+    return float(np.sqrt(w).sum() ** 2 / ya.sum())
+
+
+def strategy_error(A: ArrayLike, V: ArrayLike, *, rcond: float = 1e-10) -> tuple[float, float]:
+    """``(‖A‖²_{2,inf}·<(AᵀA)⁺, V>, bias)`` for a strategy A and workload Gram matrix V.
+
+    ``bias = <V, I - A⁺A> / tr(V)`` is the relative squared norm of the part of W outside the
+    row space of A (0 for an unbiased strategy).  Singular values below ``rcond·s_max`` are dropped.
+    """
+    Aa = np.asarray(A, dtype=np.float64)
+    Va = np.asarray(V, dtype=np.float64)
+    if Aa.ndim != 2 or Va.shape != (Aa.shape[1], Aa.shape[1]):
+        raise InvalidParameterError(
+            f"A, V: need A of shape (p, n) and V of shape (n, n), got {Aa.shape}, {Va.shape}"
+        )
+    _, s, Pt = sla.svd(Aa, full_matrices=False, lapack_driver="gesdd")
+    keep = s > rcond * (s[0] if s.size else 0.0)
+    s, Pt = s[keep], Pt[keep]
+    proj = np.einsum("ij,jk,ik->i", Pt, Va, Pt)
+    err = float(np.sum(proj / s**2))
+    col2 = float(np.max(np.sum(Aa**2, axis=0)))
+    trV = float(np.trace(Va))
+    bias = max(0.0, (trV - float(proj.sum())) / trV) if trV > 0 else 0.0
+    return col2 * err, bias
+
+
+# ===================================================================== derivatives (spec A.3)
+def _chol_inverse(X: FloatArray) -> FloatArray | None:
+    """X⁻¹ from a Cholesky factor, or None if X is not (numerically) positive definite."""
+    try:
+        L = sla.cholesky(X, lower=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return None
+    if not np.all(np.isfinite(L)):
+        return None
+    Zi, info = sla.lapack.dpotri(L, lower=1)
+    if info != 0:
+        return None
+    Z = np.tril(Zi) + np.tril(Zi, -1).T
+    return np.asarray(Z)
+
+
+def coa_objective(X: ArrayLike, V: ArrayLike) -> float:
+    """``F(X) = <X⁻¹, V>`` (X positive definite)."""
+    Z = _chol_inverse(np.asarray(X, dtype=np.float64))
+    if Z is None:
+        raise InvalidParameterError("X: must be symmetric positive definite")
+    return float(np.sum(Z * np.asarray(V, dtype=np.float64)))
+
+
+def coa_gradient(X: ArrayLike, V: ArrayLike) -> FloatArray:
+    """``G(X) = -X⁻¹ V X⁻¹``."""
+    Z = _chol_inverse(np.asarray(X, dtype=np.float64))
+    if Z is None:
+        raise InvalidParameterError("X: must be symmetric positive definite")
+    return _sym(-(Z @ np.asarray(V, dtype=np.float64) @ Z))
+
+
+def _hvp(Z: FloatArray, G: FloatArray, D: FloatArray) -> FloatArray:
+    K = Z @ D @ G
+    return -(K + K.T)
+
+
+def coa_hessian_vector(X: ArrayLike, V: ArrayLike, D: ArrayLike) -> FloatArray:
+    """Hessian action ``H_X[D] = -Z D G - G D Z`` for symmetric D (Z = X⁻¹, G = G(X))."""
+    Xa = np.asarray(X, dtype=np.float64)
+    Z = _chol_inverse(Xa)
+    if Z is None:
+        raise InvalidParameterError("X: must be symmetric positive definite")
+    G = _sym(-(Z @ np.asarray(V, dtype=np.float64) @ Z))
+    return _hvp(Z, G, _sym(np.asarray(D, dtype=np.float64)))
+
+
+def _p0(M: FloatArray) -> FloatArray:
+    out = M.copy()
+    np.fill_diagonal(out, 0.0)
+    return out
+
+
+def modified_cg(
+    Z: FloatArray,
+    G: FloatArray,
+    max_steps: int = 5,
+    *,
+    tol_abs: float = 1e-10,
+    forcing: float | None = None,
+) -> tuple[FloatArray, int]:
+    """Algorithm 2 (corrected, spec A.4): CG for the Newton direction on zero-diagonal matrices.
+
+    Solves ``P0 H P0 D = -P0 G`` with at most ``max_steps`` passes; stops when ``<R,R> < tol_abs``
+    or, with ``forcing = η``, when ``‖R‖ <= η ‖P0 G‖`` (inexact Newton).  Returns ``(D, passes)``.
+    """
+    R = _p0(-G)
+    D = np.zeros_like(G)
+    P = R.copy()
+    r_old = float(np.sum(R * R))
+    r0 = math.sqrt(r_old)
+    passes = 0
+    for _ in range(max_steps):
+        if r_old < tol_abs or (forcing is not None and math.sqrt(r_old) <= forcing * r0):
+            break
+        passes += 1
+        B = _hvp(Z, G, P)
+        kappa = float(np.sum(P * B))
+        if not kappa > 0:
+            break
+        alpha = r_old / kappa
+        D += alpha * P
+        np.fill_diagonal(D, 0.0)
+        R -= alpha * B
+        np.fill_diagonal(R, 0.0)
+        r_new = float(np.sum(R * R))
+        if r_new < tol_abs:
+            r_old = r_new
+            break
+        P = R + (r_new / r_old) * P
+        r_old = r_new
+    if not np.any(D):
+        D = _p0(-G)
+    return _sym(D), passes
+
+
+# ====================================================================================== params
+@dataclass(frozen=True)
+class COAParams:
+    """Constants of COA Algorithm 1-3 (defaults: the paper text's, spec A.5 table).
+
+    Attributes
+    ----------
+    theta : float
+        Ridge θ in ``V = WᵀW + θ'·I``.
+    relative_theta : bool
+        ``θ' = θ·mean(diag WᵀW)`` (MATLAB listing) if True, else ``θ' = θ`` (paper text).
+    first_step_gradient : bool
+        First direction = steepest descent with zeroed diagonal (listing).
+    cg_steps, cg_tol : int, float
+        CG passes per Newton direction and absolute residual tolerance (listing: 5, 1e-10).
+    beta, sigma : float
+        Armijo back-tracking factor and sufficient-decrease constant (text: 0.1, 0.25).
+    max_line_search, max_iter : int
+        Trials per line search (50) and outer iterations (30).
+    accuracy : float
+        Stop when the relative objective decrease is below this (listing: 1e-5).
+    homotopy : bool
+        Algorithm 3: solve for θ = θ0, θ0·factor, ... down to ``homotopy_min`` with warm starts.
+    """
+
+    theta: float = 1e-3
+    relative_theta: bool = True
+    first_step_gradient: bool = True
+    cg_steps: int = 5
+    cg_tol: float = 1e-10
+    beta: float = 0.1
+    sigma: float = 0.25
+    max_line_search: int = 50
+    max_iter: int = 30
+    accuracy: float = 1e-5
+    homotopy: bool = False
+    homotopy_theta0: float = 1.0
+    homotopy_factor: float = 0.1
+    homotopy_min: float = 1e-10
+
+    @classmethod
+    def matlab(cls, **changes: Any) -> COAParams:
+        """The MATLAB listing's constants (β = 0.5, σ = 1e-4)."""
+        return dataclasses.replace(cls(beta=0.5, sigma=1e-4), **changes)
+
+
+# ================================================================================ dual method
+class _DualEvaluator:
+    """Evaluates M(y), the lower bound and the two primal candidates, full or low-rank path."""
+
+    def __init__(self, V: FloatArray, w: FloatArray, Q: FloatArray, low_rank: bool):
+        self.V = V
+        self.n = V.shape[0]
+        self.low_rank = low_rank
+        self.w: FloatArray | None = w
+        self.Q = Q
+        if low_rank:
+            keep = w > w.max() * self.n * np.finfo(float).eps
+            self.F = (np.sqrt(w[keep])[:, None] * Q[:, keep].T).copy()  # V ≈ FᵀF, F is r x n
+        self.sigma = np.empty(0)
+        self.vecs = np.empty((0, 0))
+        self.diag_M = np.empty(0)
+
+    def evaluate(self, y: FloatArray) -> tuple[float, FloatArray]:
+        """Return (tr M, diag M) and keep the factors of M for candidate building."""
+        s = np.sqrt(y)
+        if not self.low_rank and self.w is not None and np.all(y == y[0]):
+            # y = c·1: B = cV, whose eigendecomposition is already known
+            self.sigma, self.vecs = np.sqrt(y[0] * self.w), self.Q
+        elif self.low_rank:
+            _, sig, Pt = sla.svd(self.F * s[None, :], full_matrices=False, lapack_driver="gesdd")
+            self.sigma, self.vecs = sig, Pt.T  # M = P diag(sig) Pᵀ
+        else:
+            B = s[:, None] * self.V * s[None, :]
+            lam, Qb = sla.eigh(B, driver="evd", overwrite_a=True, check_finite=False)
+            self.sigma, self.vecs = np.sqrt(np.clip(lam, 0.0, None)), Qb
+        self.diag_M = np.einsum("ij,j,ij->i", self.vecs, self.sigma, self.vecs)
+        return float(self.sigma.sum()), self.diag_M
+
+    def normalized_objective(self, d: FloatArray) -> float:
+        """Objective of X(y) rescaled to unit diagonal (full path; inf if M is singular)."""
+        if self.low_rank or self.sigma.min() <= self.sigma.max() * 1e-12:
+            return math.inf
+        Q = self.vecs
+        C = Q.T @ (np.sqrt(d)[:, None] * Q)
+        return float(np.einsum("ij,j,i->", C * C, self.sigma**2, 1.0 / self.sigma))
+
+    def strategy(self, y: FloatArray, kind: str) -> FloatArray:
+        """The strategy for the current factors: uniform scaling or unit-column rescaling."""
+        root = np.sqrt(self.sigma)[:, None] * self.vecs.T  # rows: sqrt(sig_k) q_kᵀ ; (·)ᵀ(·) = M
+        if kind == "uniform":
+            A = root / np.sqrt(y)[None, :]
+            return A / math.sqrt(float(np.max(self.diag_M / y)))
+        return root / np.sqrt(self.diag_M)[None, :]
+
+
+def _solve_dual(
+    V: FloatArray,
+    *,
+    tol: float,
+    max_iter: int,
+    max_time: float | None,
+    memory: int,
+    exponent: float,
+    callback: Callable[[dict[str, Any]], Any] | None,
+    w: FloatArray,
+    Q: FloatArray,
+) -> tuple[FloatArray, float, float, str, int, list[dict[str, Any]]]:
+    n = V.shape[0]
+    rank = int(np.sum(w > w.max() * n * np.finfo(float).eps))
+    ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n)
+    u = np.full(n, math.log(max(np.sqrt(w).sum() / n, 1e-300)))
+    best_lb, best_ub = -math.inf, math.inf
+    best: tuple[FloatArray, str] | None = None
+    best_A: FloatArray | None = None
+    us: list[FloatArray] = []
+    fs: list[FloatArray] = []
+    history: list[dict[str, Any]] = []
+    status = "max_iter"
+    t0 = time.process_time()
+    k = stall = plain = 0
+    for k in range(1, max_iter + 1):
+        y = np.exp(u)
+        trM, diagM = ev.evaluate(y)
+        d = diagM / y
+        lb = trM**2 / y.sum()
+        ub_uniform = trM * float(d.max())
+        ub_norm = ev.normalized_objective(d)
+        best_lb = max(best_lb, lb)
+        improved = False
+        if ub_uniform < best_ub:
+            best_ub, best, improved = ub_uniform, (y, "uniform"), True
+        if ub_norm < best_ub:
+            best_ub, best, improved = ub_norm, (y, "normalized"), True
+        if improved and best is not None:
+            best_A = ev.strategy(*best)
+        gap = (best_ub - best_lb) / best_lb
+        rec = {
+            "iteration": k,
+            "objective": best_ub,
+            "lower_bound": best_lb,
+            "gap": gap,
+            "max_diag_deviation": float(np.max(np.abs(d - 1))),
+            "cpu_seconds": time.process_time() - t0,
+        }
+        history.append(rec)
+        if callback is not None and callback(dict(rec)):
+            status = "stopped_by_callback"
+            break
+        if gap <= tol:
+            status = "converged"
+            break
+        if max_time is not None and time.process_time() - t0 > max_time:
+            status = "max_time"
+            break
+        with np.errstate(divide="ignore"):
+            f = exponent * np.log(d)
+        if not np.all(np.isfinite(f)):
+            f = np.where(np.isfinite(f), f, 0.0)
+        us.append(u.copy())
+        fs.append(f)
+        if len(us) > memory + 1:
+            us.pop(0)
+            fs.pop(0)
+        step = u + f
+        if improved:
+            stall = 0
+        else:
+            stall += 1
+        if stall > memory + 2:  # Anderson is not helping here: restart from plain steps
+            us, fs, stall = [], [], 0
+            plain = 2 * (memory + 2)
+        if plain > 0:
+            plain -= 1
+        elif memory > 0 and len(us) > 1:
+            dF = np.diff(np.array(fs), axis=0).T
+            dU = np.diff(np.array(us), axis=0).T
+            gamma, *_ = np.linalg.lstsq(dF, f, rcond=None)
+            cand = u + f - (dU + dF) @ gamma
+            if np.all(np.isfinite(cand)) and np.max(np.abs(cand - u)) < 20:
+                step = cand
+            else:
+                us, fs = [], []
+        # y_i -> 0 where a column constraint is inactive; keep y_i >= e^-30 max(y) so the
+        # rescaled strategy keeps the workload in its row space to working precision
+        u = np.maximum(step, float(step.max()) - _LOG_Y_RANGE)
+    assert best_A is not None
+    return best_A, best_ub, best_lb, status, k, history
+
+
+# ============================================================================== primal Newton
+def _primal_newton(
+    V_reg: FloatArray,
+    V0: FloatArray,
+    X0: FloatArray,
+    params: COAParams,
+    *,
+    forcing: bool,
+    certify: bool,
+    tol: float,
+    first_gradient: bool,
+    history: list[dict[str, Any]],
+    callback: Callable[[dict[str, Any]], Any] | None,
+    max_time: float | None,
+    t0: float,
+    k0: int = 0,
+) -> tuple[FloatArray, str, int, float]:
+    """Algorithm 1 (damped Newton, Armijo, Cholesky PD test).  Returns (X, status, iters, best LB)."""
+    X = X0
+    Z = _chol_inverse(X)
+    if Z is None:
+        raise InvalidParameterError("X0: the starting point must be positive definite")
+    F = float(np.sum(Z * V_reg))
+    G = _sym(-(Z @ V_reg @ Z))
+    status = "max_iter"
+    best_lb = -math.inf
+    k = 0
+    for k in range(1, params.max_iter + 1):
+        pg = float(np.linalg.norm(_p0(G)))
+        if k == 1 and first_gradient:
+            D, passes = _sym(_p0(-G)), 0
+        else:
+            eta = min(0.5, math.sqrt(pg / max(abs(F), 1e-300))) if forcing else None
+            D, passes = modified_cg(Z, G, params.cg_steps, tol_abs=params.cg_tol, forcing=eta)
+        slope = float(np.sum(G * D))
+        accepted = False
+        alpha = 1.0
+        trials = 0
+        Xt = Zt = None
+        Ft = math.inf
+        for j in range(params.max_line_search):
+            trials = j + 1
+            alpha = params.beta**j
+            Xt = _sym(X + alpha * D)
+            Zt = _chol_inverse(Xt)
+            if Zt is None:
+                continue
+            Ft = float(np.sum(Zt * V_reg))
+            if Ft <= F + alpha * params.sigma * slope:
+                accepted = True
+                break
+        if not accepted or Xt is None or Zt is None:
+            status = "line_search_failed"
+            break
+        F_old = F
+        X, Z, F = Xt, Zt, Ft
+        G = _sym(-(Z @ V_reg @ Z))
+        obj = float(np.sum(Z * V0))
+        rec: dict[str, Any] = {
+            "iteration": k0 + k,
+            "objective": obj,
+            "regularized_objective": F,
+            "grad_norm": float(np.linalg.norm(G)),
+            "proj_grad_norm": float(np.linalg.norm(_p0(G))),
+            "step_norm": float(np.linalg.norm(D)),
+            "step": alpha,
+            "cg_passes": passes,
+            "line_search_trials": trials,
+            "cpu_seconds": time.process_time() - t0,
+        }
+        if certify:
+            y0 = np.clip(np.diag(Z @ V0 @ Z), 0.0, None)
+            if y0.sum() > 0:
+                best_lb = max(best_lb, dual_lower_bound(V0, y0))
+            rec["lower_bound"] = best_lb
+            rec["gap"] = (obj - best_lb) / best_lb if best_lb > 0 else math.inf
+        history.append(rec)
+        if callback is not None and callback(dict(rec)):
+            status = "stopped_by_callback"
+            break
+        if certify and rec["gap"] <= tol:
+            status = "converged"
+            break
+        if not certify and abs(F_old - F) / abs(F_old) <= params.accuracy:
+            status = "objective_stalled"
+            break
+        if max_time is not None and time.process_time() - t0 > max_time:
+            status = "max_time"
+            break
+    return X, status, k, best_lb
+
+
+def _strategy_from_X(X: FloatArray) -> FloatArray:
+    """Upper Cholesky factor R (RᵀR = X), as the listing's ``A = chol(X)``."""
+    return np.asarray(sla.cholesky(X, lower=False))
+
+
+# =================================================================================== front door
+def optimize_strategy(
+    workload: Workload | ArrayLike,
+    *,
+    method: Method = "dual",
+    tol: float = 1e-4,
+    max_iter: int | None = None,
+    max_time: float | None = None,
+    params: COAParams | None = None,
+    anderson_memory: int = 5,
+    callback: Callable[[dict[str, Any]], Any] | None = None,
+    max_memory: float | None = None,
+    warn: bool = True,
+    progress: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> StrategyResult:
+    """Optimize a Gaussian matrix-mechanism strategy for ``workload`` (no data, no privacy cost).
+
+    Parameters
+    ----------
+    workload : Workload or array of shape (m, n)
+        The queries (a dense array is wrapped by :func:`~dpopt.linear_queries.workloads.from_matrix`).
+    method : {"dual", "paper", "newton"}, default "dual"
+        See the module docstring.  ``"paper"`` reproduces COA's Algorithms 1-3.
+    tol : float, default 1e-4
+        Target relative certified gap (methods ``"dual"`` and ``"newton"``).
+    max_iter : int, optional
+        Outer iterations (default 500 for ``"dual"``, ``params.max_iter`` otherwise).
+    max_time : float, optional
+        CPU-second limit (status ``"max_time"``).
+    params : COAParams, optional
+        Constants of the Newton methods (default :class:`COAParams`).
+    anderson_memory : int, default 5
+        Anderson-mixing memory of the dual method (0 = plain fixed point).
+    callback : callable, optional
+        Called with a dict per iteration; return True to stop.
+    max_memory : float, optional
+        Memory limit in bytes (default: the available physical memory).  The optimizer refuses,
+        with its estimate, when it would need more.
+    warn : bool, default True
+        Emit a :class:`~dpopt.exceptions.ConvergenceWarning` when the tolerance is not met.
+    progress : bool, default False
+        Show a progress bar (rich) with the certified gap, after printing the memory and
+        per-iteration time estimates (useful for n in the thousands).
+    cache_dir : path, optional
+        Directory of saved strategies keyed by the workload's fingerprint, the method and the
+        tolerance: a hit is loaded instead of recomputed, a miss is computed and saved.  Strategies
+        are data independent, so one cached strategy serves every budget and dataset.
+
+    Returns
+    -------
+    StrategyResult
+        Strategy with unit column norms, objective, certified lower bound and gap.  Cells that no
+        query touches get zero columns (they are not measured).
+    """
+    wl = _check_workload(workload)
+    tol = check_nonneg(tol, "tol")
+    if method not in ("dual", "paper", "newton"):
+        raise InvalidParameterError("method: must be 'dual', 'paper' or 'newton'")
+    params = COAParams() if params is None else params
+    if not isinstance(params, COAParams):
+        raise InvalidParameterError("params: expected a COAParams instance")
+    if max_time is not None:
+        max_time = check_positive(max_time, "max_time")
+    if cache_dir is not None:
+        cache = Path(cache_dir)
+        cache.mkdir(parents=True, exist_ok=True)
+        entry = cache / f"{wl.fingerprint()[:24]}-{method}-tol{tol:.0e}.npz"
+        if entry.is_file() and max_iter is None and params == COAParams():
+            return StrategyResult.load(entry, workload=wl)
+        result = optimize_strategy(
+            wl,
+            method=method,
+            tol=tol,
+            max_iter=max_iter,
+            max_time=max_time,
+            params=params,
+            anderson_memory=anderson_memory,
+            callback=callback,
+            max_memory=max_memory,
+            warn=warn,
+            progress=progress,
+        )
+        if max_iter is None and params == COAParams():
+            result.save(entry)
+        return result
+    if isinstance(wl, Kronecker):
+        return _optimize_kronecker(
+            wl,
+            method=method,
+            tol=tol,
+            max_iter=max_iter,
+            max_time=max_time,
+            params=params,
+            anderson_memory=anderson_memory,
+            max_memory=max_memory,
+            warn=warn,
+        )
+    n_full = wl.domain_size
+    _check_memory(n_full, max_memory)
+    V_full = wl.gram()
+    if not np.all(np.isfinite(V_full)):
+        raise InvalidParameterError("workload: its Gram matrix has non-finite entries")
+    support = np.flatnonzero(np.diag(V_full) > 0)
+    if support.size == 0:
+        raise InvalidParameterError("workload: every column is zero; there is nothing to answer")
+    V = np.ascontiguousarray(V_full[np.ix_(support, support)])
+    n = V.shape[0]
+
+    bar = None
+    if progress:
+        bar, callback = _progress_bar(n, method, tol, callback)
+    t0, w0 = time.process_time(), time.perf_counter()
+    try:
+        with _blas_threads(n):
+            return _optimize(
+                wl,
+                V,
+                support,
+                n_full,
+                method,
+                tol,
+                max_iter,
+                max_time,
+                params,
+                anderson_memory,
+                callback,
+                warn,
+                t0,
+                w0,
+            )
+    finally:
+        if bar is not None:
+            bar.stop()
+
+
+def _blas_threads(n: int) -> contextlib.AbstractContextManager[Any]:
+    """One BLAS thread for small problems (threading only adds overhead there, badly so on busy machines)."""
+    global _CONTROLLER
+    if n > _SMALL_N:
+        return contextlib.nullcontext()
+    if _CONTROLLER is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+            return contextlib.nullcontext()
+        _CONTROLLER = ThreadpoolController()  # scanning the loaded libraries is slow: do it once
+    return _CONTROLLER.limit(limits=1, user_api="blas")
+
+
+def _progress_bar(
+    n: int, method: str, tol: float, callback: Callable[[dict[str, Any]], Any] | None
+) -> tuple[Any, Callable[[dict[str, Any]], Any]]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    per_iter = estimate_seconds_per_iteration(n, method)
+    Console(stderr=True).print(
+        f"optimize_strategy: n={n}, method={method!r}: needs ≈{estimate_memory(n) / 2**30:.2f} GiB; "
+        f"≈{per_iter:.3g} CPU s per iteration (single-threaded BLAS estimate)"
+    )
+    bar = Progress(
+        TextColumn("[bold]strategy[/] it {task.completed:>4.0f}"),
+        BarColumn(),
+        TextColumn("gap {task.fields[gap]}"),
+        TimeElapsedColumn(),
+        transient=False,
+        console=Console(stderr=True),
+    )
+    task = bar.add_task("optimize", total=None, gap="-")
+    bar.start()
+    user = callback
+
+    def cb(info: dict[str, Any]) -> Any:
+        gap = info.get("gap")
+        bar.update(
+            task, completed=info["iteration"], gap="-" if gap is None else f"{gap:.2e} (target {tol:.0e})"
+        )
+        return user(info) if user is not None else None
+
+    return bar, cb
+
+
+def estimate_seconds_per_iteration(n: int, method: str = "dual") -> float:
+    """Rough single-threaded CPU seconds per outer iteration (measured: ≈0.3 s at n = 1024, ∝ n³)."""
+    base = 0.3 if method == "dual" else 0.65
+    return base * (check_int(n, "n") / 1024) ** 3
+
+
+def _optimize(
+    wl: Workload,
+    V: FloatArray,
+    support: NDArray[np.intp],
+    n_full: int,
+    method: str,
+    tol: float,
+    max_iter: int | None,
+    max_time: float | None,
+    params: COAParams,
+    anderson_memory: int,
+    callback: Callable[[dict[str, Any]], Any] | None,
+    warn: bool,
+    t0: float,
+    w0: float,
+) -> StrategyResult:
+    n = V.shape[0]
+    w, Q = _psd_eigh(V)
+    svd_bound = float(np.sqrt(w).sum() ** 2 / n)
+    history: list[dict[str, Any]] = []
+    run_params: dict[str, Any] = {"tol": tol}
+    if method == "dual":
+        iters = 500 if max_iter is None else check_int(max_iter, "max_iter")
+        A_s, obj, dual_lb, status, n_iter, history = _solve_dual(
+            V,
+            tol=tol,
+            max_iter=iters,
+            max_time=max_time,
+            memory=check_int(anderson_memory, "anderson_memory", minimum=0),
+            exponent=2.0,
+            callback=callback,
+            w=w,
+            Q=Q,
+        )
+        run_params.update(max_iter=iters, anderson_memory=anderson_memory)
+    else:
+        if max_iter is not None:
+            params = dataclasses.replace(params, max_iter=check_int(max_iter, "max_iter"))
+        run_params.update(dataclasses.asdict(params))
+        scale = float(np.mean(np.diag(V))) if params.relative_theta else 1.0
+        singular = w.min() <= w.max() * n * np.finfo(float).eps
+        if singular and (params.theta <= 0 or (params.homotopy and params.homotopy_min <= 0)):
+            raise InvalidParameterError(
+                f"theta: the workload's Gram matrix is rank deficient (rank {int(np.sum(w > w.max() * 1e-12))} "
+                f"< n = {n}), so method={method!r} needs a ridge θ > 0 (the θ = 0 optimum is singular); "
+                "use theta > 0, the homotopy, or method='dual', which handles singular workloads exactly"
+            )
+        if method == "paper":
+            X = np.eye(n)
+            thetas = [params.theta]
+            if params.homotopy:
+                thetas, th = [], params.homotopy_theta0
+                while th >= params.homotopy_min * (1 - 1e-9):
+                    thetas.append(th)
+                    th *= params.homotopy_factor
+            status, n_iter = "max_iter", 0
+            for theta in thetas:
+                V_reg = V + theta * scale * np.eye(n)
+                X, status, k, _ = _primal_newton(
+                    V_reg,
+                    V,
+                    X,
+                    params,
+                    forcing=False,
+                    certify=False,
+                    tol=tol,
+                    first_gradient=params.first_step_gradient,
+                    history=history,
+                    callback=callback,
+                    max_time=max_time,
+                    t0=t0,
+                    k0=n_iter,
+                )
+                n_iter += k
+                if status in ("stopped_by_callback", "max_time"):
+                    break
+            dual_lb = -math.inf
+        else:  # newton
+            full_rank = w.min() > w.max() * 1e-10
+            theta = 0.0 if full_rank else params.theta * scale  # ridge only where V is singular
+            V_reg = V + theta * np.eye(n)
+            wr = w + theta
+            root = (Q * np.sqrt(wr)) @ Q.T
+            dg = np.sqrt(np.diag(root))
+            X0 = _sym(root / np.outer(dg, dg))
+            newton_params = dataclasses.replace(params, cg_steps=max(params.cg_steps, 50))
+            X, status, n_iter, dual_lb = _primal_newton(
+                V_reg,
+                V,
+                X0,
+                newton_params,
+                forcing=True,
+                certify=True,
+                tol=tol,
+                first_gradient=False,
+                history=history,
+                callback=callback,
+                max_time=max_time,
+                t0=t0,
+            )
+        A_s = _strategy_from_X(X)
+        Z = _chol_inverse(X)
+        assert Z is not None
+        obj = float(np.sum(Z * V))
+        y0 = np.clip(np.diag(Z @ V @ Z), 0.0, None)
+        if y0.sum() > 0:
+            dual_lb = max(dual_lb, dual_lower_bound(V, y0))
+    cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+
+    # embed into the full domain (unmeasured cells get zero columns) and evaluate exactly
+    A = np.zeros((A_s.shape[0], n_full))
+    A[:, support] = A_s
+    col = float(np.max(np.sum(A_s**2, axis=0)))
+    if col > 1.0:
+        A /= math.sqrt(col)
+    exact, bias = strategy_error(A_s, V)
+    objective = exact if math.isfinite(exact) else obj
+    lower = max(dual_lb, svd_bound)
+    gap = (objective - lower) / lower if lower > 0 else math.inf
+    if status == "converged" and gap > tol * (1 + 1e-6) + 1e-12:
+        status = "max_iter" if method == "dual" else status
+    if bias > 1e-8:
+        import warnings
+
+        warnings.warn(
+            f"the optimized strategy misses a relative {bias:.1e} of the workload's row space (numerical "
+            "rank loss); answers are slightly biased and the objective is not exact",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    if warn and method != "paper" and status not in ("converged", "stopped_by_callback"):
+        import warnings
+
+        warnings.warn(
+            f"optimize_strategy({method!r}) stopped with status {status!r} at certified gap {gap:.2e} "
+            f"(tol {tol:.1e}); the strategy is valid but may be suboptimal",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return StrategyResult(
+        strategy=A,
+        objective=float(objective),
+        lower_bound=float(lower),
+        dual_bound=float(dual_lb),
+        svd_bound=svd_bound,
+        gap=float(gap),
+        method=method,
+        status=status,
+        n_iter=int(n_iter),
+        cpu_seconds=cpu,
+        wall_seconds=wall,
+        history=tuple(history),
+        workload_fingerprint=wl.fingerprint(),
+        bias=float(bias),
+        params=run_params,
+    )
+
+
+_DENSE_PRODUCT_LIMIT = 4096
+
+
+def _optimize_kronecker(
+    wl: Kronecker, *, method: Method, tol: float, warn: bool, **options: Any
+) -> StrategyResult:
+    """Solve a product workload per factor; the products of the bounds certify the product strategy.
+
+    For ``V = ⊗V_i`` and ``X = ⊗X_i``: f(X) = Π f_i(X_i); with ``y = ⊗y_i`` the dual bound is
+    ``Π LB_i(y_i)``, so per-factor certificates multiply.
+    """
+    d = len(wl.factors)
+    tol_i = (1.0 + tol) ** (1.0 / d) - 1.0
+    parts = [optimize_strategy(f, method=method, tol=tol_i, warn=False, **options) for f in wl.factors]
+    objective = float(np.prod([p.objective for p in parts]))
+    lower = float(np.prod([p.lower_bound for p in parts]))
+    gap = objective / lower - 1.0 if lower > 0 else math.inf
+    statuses = {p.status for p in parts}
+    status = "converged" if statuses == {"converged"} else sorted(statuses - {"converged"})[0]
+    factors = tuple(p.strategy for p in parts)
+    if wl.domain_size <= _DENSE_PRODUCT_LIMIT:
+        dense: FloatArray = np.ones((1, 1))
+        for A in factors:
+            dense = np.asarray(np.kron(dense, A), dtype=np.float64)
+    else:
+        dense = np.zeros((0, wl.domain_size))
+    keep = 1.0
+    for p in parts:
+        keep *= 1.0 - p.bias
+    if warn and method != "paper" and status != "converged":
+        import warnings
+
+        warnings.warn(
+            f"optimize_strategy({method!r}) on a product workload stopped with status {status!r} at "
+            f"certified gap {gap:.2e} (tol {tol:.1e})",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+    return StrategyResult(
+        strategy=dense,
+        objective=objective,
+        lower_bound=lower,
+        dual_bound=float(np.prod([p.dual_bound for p in parts])),
+        svd_bound=float(np.prod([p.svd_bound for p in parts])),
+        gap=float(gap),
+        method=method,
+        status=status,
+        n_iter=sum(p.n_iter for p in parts),
+        cpu_seconds=sum(p.cpu_seconds for p in parts),
+        wall_seconds=sum(p.wall_seconds for p in parts),
+        history=tuple({"factor": i, **h} for i, p in enumerate(parts) for h in p.history),
+        workload_fingerprint=wl.fingerprint(),
+        bias=float(1.0 - keep),
+        params={"tol": tol, "tol_per_factor": tol_i},
+        factors=factors,
+    )
+
+
+def evaluate_strategy(
+    workload: Workload | ArrayLike, strategy: ArrayLike, *, name: str = "given", certify: bool = True
+) -> StrategyResult:
+    """Wrap a given strategy matrix (a baseline) as a :class:`StrategyResult` with exact error.
+
+    The strategy is rescaled to unit maximal column norm (the objective is scale invariant).
+    With ``certify`` the SVD lower bound is computed, so ``gap`` says how far the strategy is
+    from the best possible one.
+    """
+    wl = _check_workload(workload)
+    A = np.array(strategy, dtype=np.float64)
+    if A.ndim != 2 or A.shape[1] != wl.domain_size:
+        raise InvalidParameterError(
+            f"strategy: expected a matrix with {wl.domain_size} columns (the domain size), got shape {A.shape}"
+        )
+    if not np.all(np.isfinite(A)):
+        raise InvalidParameterError("strategy: contains NaN or infinite entries")
+    col = float(np.max(np.sum(A**2, axis=0)))
+    if col <= 0:
+        raise InvalidParameterError("strategy: all columns are zero")
+    A /= math.sqrt(col)
+    t0, w0 = time.process_time(), time.perf_counter()
+    V = wl.gram()
+    with _blas_threads(max(A.shape)):
+        objective, bias = strategy_error(A, V)
+        svd = svd_lower_bound(V) if certify else math.nan
+    gap = (objective - svd) / svd if certify and svd > 0 else math.nan
+    return StrategyResult(
+        strategy=A,
+        objective=objective,
+        lower_bound=svd,
+        dual_bound=math.nan,
+        svd_bound=svd,
+        gap=gap,
+        method=name,
+        status="given",
+        n_iter=0,
+        cpu_seconds=time.process_time() - t0,
+        wall_seconds=time.perf_counter() - w0,
+        workload_fingerprint=wl.fingerprint(),
+        bias=bias,
+    )

@@ -1,0 +1,270 @@
+"""Compiled (numba) kernels for matrix factorization over sparse ratings.
+
+All kernels release the GIL (``nogil=True``), are cached on disk (``cache=True``) and are written so
+that their results do **not** depend on the number of threads: every parallel loop writes to
+disjoint memory, and every reduction is done over a fixed chunking (independent of the thread
+count) whose partial results are summed in a fixed order by the caller.  Hence serial and parallel
+runs of a deterministic schedule produce bit-identical iterates.
+
+Conventions: factors ``U`` (n_rows x rank) and ``V`` (n_cols x rank) are C-contiguous float64;
+ratings are given as ``rows``/``cols`` (int64) and ``vals`` (float64), stored so that each block /
+chunk is a contiguous segment sorted by (row, col).  The gradient of
+``coef * sum_e (vals[e] - U[rows[e]] . V[cols[e]])**2 / 2`` is *accumulated* into ``gU``/``gV``
+(callers zero them first), i.e. ``gU[a] -= coef * r_e * V[b]`` with ``r_e`` the residual.
+
+Any set of ratings is processed race-free by laying it out on a fixed ``G x G`` grid of row and
+column intervals (:func:`stratify`): the ``G`` blocks of a stratum touch disjoint rows and columns,
+so they run in parallel, and the strata run one after the other.  Because ``G`` does not depend on
+the thread count, neither does the summation order.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+__all__ = [
+    "BlockRunner",
+    "chunk_ptr",
+    "chunked_matvec",
+    "gradient_block",
+    "lbfgs_apply",
+    "sse_chunks",
+    "strata_gradient",
+    "strata_gradient_serial",
+    "stratify",
+    "thread_count",
+    "warmup",
+]
+
+_OPTS: dict[str, Any] = {"nogil": True, "cache": True, "fastmath": True}
+
+
+@njit(inline="always", **_OPTS)
+def _residual(U: Any, V: Any, a: int, b: int, y: float, rank: int) -> float:  # pragma: no cover - compiled
+    s = 0.0
+    for k in range(rank):
+        s += U[a, k] * V[b, k]
+    return y - s
+
+
+@njit(**_OPTS)
+def gradient_block(U, V, rows, cols, vals, lo, hi, coef, gU, gV):  # pragma: no cover - compiled
+    """Accumulate the gradient of ratings ``lo:hi`` into ``gU``/``gV``; return their squared residuals.
+
+    Releases the GIL: Python threads may run blocks that touch disjoint rows and columns at once.
+    """
+    rank = U.shape[1]
+    s = 0.0
+    for e in range(lo, hi):
+        a = rows[e]
+        b = cols[e]
+        res = _residual(U, V, a, b, vals[e], rank)
+        s += res * res
+        w = coef * res
+        for k in range(rank):
+            gU[a, k] -= w * V[b, k]
+        for k in range(rank):
+            gV[b, k] -= w * U[a, k]
+    return s
+
+
+@njit(parallel=True, **_OPTS)
+def strata_gradient(U, V, rows, cols, vals, ptr, n_strata, coef, gU, gV, sse):  # pragma: no cover
+    """Gradient over ``n_strata`` strata run one after the other, the blocks of each in parallel.
+
+    ``ptr`` has ``n_strata * B + 1`` entries; block ``b`` of stratum ``s`` is the segment
+    ``ptr[s*B + b] : ptr[s*B + b + 1]``.  The blocks of one stratum must be row- and
+    column-disjoint (race-free).  ``sse[s*B + b]`` receives the block's sum of squared residuals.
+    Every factor row accumulates its terms in a fixed order (stratum, then position in the block),
+    whatever the number of threads; :func:`strata_gradient_serial` gives the same bits.
+    """
+    n_blocks = (ptr.shape[0] - 1) // n_strata
+    for st in range(n_strata):
+        for r in prange(n_blocks):
+            blk = st * n_blocks + r
+            sse[blk] = gradient_block(U, V, rows, cols, vals, ptr[blk], ptr[blk + 1], coef, gU, gV)
+
+
+@njit(**_OPTS)
+def strata_gradient_serial(U, V, rows, cols, vals, ptr, n_strata, coef, gU, gV, sse):  # pragma: no cover
+    """Serial twin of :func:`strata_gradient` (same order of operations; no thread rendezvous)."""
+    for blk in range(ptr.shape[0] - 1):
+        sse[blk] = gradient_block(U, V, rows, cols, vals, ptr[blk], ptr[blk + 1], coef, gU, gV)
+
+
+@njit(parallel=True, **_OPTS)
+def sse_chunks(U, V, rows, cols, vals, ptr, out):  # pragma: no cover
+    """Sum of squared residuals per chunk ``ptr[c]:ptr[c+1]`` into ``out[c]``."""
+    rank = U.shape[1]
+    for c in prange(ptr.shape[0] - 1):
+        s = 0.0
+        for e in range(ptr[c], ptr[c + 1]):
+            res = _residual(U, V, rows[e], cols[e], vals[e], rank)
+            s += res * res
+        out[c] = s
+
+
+@njit(**_OPTS)
+def _seg_dot(a, b):  # pragma: no cover - compiled
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += a[i] * b[i]
+    return s
+
+
+@njit(**_OPTS)
+def chunked_matvec(A, v, chunk, partial):  # pragma: no cover
+    """``partial[c, j] = sum_{i in chunk c} A[j, i] * v[i]``; the caller sums over ``c``.
+
+    Serial on purpose: these O(n M) operations are cheap, and on a shared machine every parallel
+    region costs a thread rendezvous.
+    """
+    m, n = A.shape
+    for c in range(partial.shape[0]):
+        lo = c * chunk
+        hi = min(n, lo + chunk)
+        vv = v[lo:hi]
+        for j in range(m):
+            partial[c, j] = _seg_dot(A[j, lo:hi], vv)
+
+
+@njit(**_OPTS)
+def lbfgs_apply(x, g, A, coefs, gcoef, step):  # pragma: no cover
+    """``x -= step * (gcoef * g + A.T @ coefs)`` elementwise (rows of ``A`` are S and Y slots)."""
+    m = A.shape[0]
+    for i in range(x.shape[0]):
+        d = gcoef * g[i]
+        for j in range(m):
+            d += coefs[j] * A[j, i]
+        x[i] -= step * d
+
+
+_WARM = False
+
+
+def warmup() -> None:
+    """Load (or compile) every kernel once on tiny inputs, so that timed runs exclude compilation."""
+    global _WARM
+    if _WARM:
+        return
+    U = np.ones((2, 2))
+    V = np.ones((2, 2))
+    i = np.array([0, 1], dtype=np.int64)
+    y = np.ones(2)
+    ptr = np.array([0, 2], dtype=np.int64)
+    strata_gradient(U, V, i, i, y, ptr, 1, 1.0, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(1))
+    strata_gradient_serial(U, V, i, i, y, ptr, 1, 1.0, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(1))
+    gradient_block(U, V, i, i, y, 0, 2, 1.0, np.zeros((2, 2)), np.zeros((2, 2)))
+    sse_chunks(U, V, i, i, y, ptr, np.zeros(1))
+    A = np.ones((2, 3))
+    chunked_matvec(A, np.ones(3), 8192, np.zeros((1, 2)))
+    lbfgs_apply(np.ones(3), np.ones(3), A, np.ones(2), 1.0, 1.0)
+    _WARM = True
+
+
+def balanced_cuts(counts: np.ndarray, p: int) -> np.ndarray:
+    """``p`` contiguous intervals of indices with about equal total ``counts`` (``p + 1`` boundaries)."""
+    cum = np.cumsum(counts)
+    total = float(cum[-1]) if cum.size else 0.0
+    targets = total * np.arange(1, p) / p
+    inner = np.searchsorted(cum, targets, side="left") + 1
+    return np.concatenate(([0], np.minimum(inner, counts.shape[0]), [counts.shape[0]])).astype(np.int64)
+
+
+def stratify(
+    rows: np.ndarray, cols: np.ndarray, row_cuts: np.ndarray, col_cuts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Order and block pointers of a ``G x G`` stratified layout (for :func:`strata_gradient`).
+
+    Block ``r`` of stratum ``s`` holds the ratings with row in interval ``r`` and column in interval
+    ``(r + s) mod G``, sorted by (row, col).  Returns ``(order, ptr)``.
+    """
+    g = row_cuts.shape[0] - 1
+    rb = np.searchsorted(row_cuts, rows, side="right") - 1
+    cb = np.searchsorted(col_cuts, cols, side="right") - 1
+    key = ((cb - rb) % g) * g + rb
+    order = np.lexsort((cols, rows, key)).astype(np.int64)
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(key, minlength=g * g)))).astype(np.int64)
+    return order, ptr
+
+
+def chunk_ptr(keys: np.ndarray, n_chunks: int) -> np.ndarray:
+    """Boundaries of about ``n_chunks`` contiguous chunks of sorted ``keys`` that never split a key."""
+    n = int(keys.shape[0])
+    if n == 0:
+        return np.zeros(1, dtype=np.int64)
+    cuts = np.linspace(0, n, max(1, n_chunks) + 1).round().astype(np.int64)[1:-1]
+    # move each cut to the start of the run of equal keys it falls into
+    starts = np.searchsorted(keys, keys[np.clip(cuts, 0, n - 1)], side="left")
+    ptr = np.unique(np.concatenate(([0], starts, [n]))).astype(np.int64)
+    return ptr
+
+
+class BlockRunner:
+    """Runs :func:`strata_gradient`'s work on a pool of Python threads (the default backend).
+
+    Strata run one after the other; the blocks of a stratum are handed to ``n_threads`` threads
+    from a shared queue (dynamic scheduling), each calling the GIL-free :func:`gradient_block`.  On a
+    machine shared with other processes this degrades gracefully, whereas a static OpenMP split
+    waits for its slowest (descheduled) thread at every stratum.  Results are bit-for-bit those of
+    :func:`strata_gradient_serial`.  ``backend="numba"`` uses :func:`strata_gradient` instead.
+    """
+
+    def __init__(self, n_threads: int, backend: str = "threads") -> None:
+        self.n_threads = max(1, int(n_threads))
+        self.backend = backend
+        self._pool: ThreadPoolExecutor | None = None
+        if self.n_threads > 1 and backend == "threads":
+            self._pool = ThreadPoolExecutor(self.n_threads, thread_name_prefix="dpopt-mf")
+
+    def __call__(self, U, V, rows, cols, vals, ptr, n_strata, coef, gU, gV, sse, parallel=True) -> None:
+        if not parallel or self.n_threads == 1:
+            strata_gradient_serial(U, V, rows, cols, vals, ptr, n_strata, coef, gU, gV, sse)
+            return
+        if self._pool is None:
+            strata_gradient(U, V, rows, cols, vals, ptr, n_strata, coef, gU, gV, sse)
+            return
+        n_blocks = (ptr.shape[0] - 1) // n_strata
+        for st in range(n_strata):
+            base = st * n_blocks
+            futures = [
+                self._pool.submit(
+                    gradient_block, U, V, rows, cols, vals, ptr[base + b], ptr[base + b + 1], coef, gU, gV
+                )
+                for b in range(n_blocks)
+            ]
+            for b, fut in enumerate(futures):
+                sse[base + b] = fut.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self) -> BlockRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class thread_count:
+    """Context manager that sets numba's thread count and restores it afterwards."""
+
+    def __init__(self, n_threads: int) -> None:
+        max_threads = int(getattr(numba.config, "NUMBA_NUM_THREADS", 1))
+        self.n = max(1, min(int(n_threads), max_threads))
+        self.prev = 1
+
+    def __enter__(self) -> int:
+        self.prev = numba.get_num_threads()
+        numba.set_num_threads(self.n)
+        return self.n
+
+    def __exit__(self, *exc: object) -> None:
+        numba.set_num_threads(self.prev)

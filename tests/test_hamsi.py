@@ -1,0 +1,285 @@
+"""HAMSI (compact L-BFGS, schedules, H1 step), mb-GD, determinism across thread counts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpopt.datasets import load_movielens, make_low_rank_ratings
+from dpopt.distributed.partition import make_partition, strata_b
+from dpopt.exceptions import InvalidParameterError
+from dpopt.matrix_factorization import MatrixFactorizationProblem, split_ratings
+from dpopt.solvers import hamsi as hamsi_module
+from dpopt.solvers.hamsi import (
+    CompactLBFGS,
+    HamsiResult,
+    hamsi,
+    hamsi_dense,
+    hamsi_distributed,
+    hamsi_step,
+    mbgd,
+    subset_schedule,
+)
+
+
+# ----------------------------------------------------------------------------- compact L-BFGS
+def two_loop(g: np.ndarray, pairs: list[tuple[np.ndarray, np.ndarray]], sigma: float) -> np.ndarray:
+    q = g.copy()
+    alphas = []
+    for s, y in reversed(pairs):
+        a = (s @ q) / (s @ y)
+        alphas.append(a)
+        q -= a * y
+    r = sigma * q
+    for (s, y), a in zip(pairs, reversed(alphas), strict=True):
+        b = (y @ r) / (s @ y)
+        r += s * (a - b)
+    return r
+
+
+@pytest.mark.parametrize("n_pairs", [1, 3, 5, 8, 13])
+def test_compact_product_equals_two_loop_recursion(n_pairs: int) -> None:
+    rng = np.random.default_rng(n_pairs)
+    n, m = 40, 5
+    mem = CompactLBFGS(n, m)
+    pairs = []
+    B = rng.standard_normal((n, n))
+    H = B @ B.T / n + np.eye(n)  # SPD: y = H s has sᵀy > 0
+    for _ in range(n_pairs):
+        s = rng.standard_normal(n)
+        y = H @ s
+        assert mem.push(s, y)
+        pairs.append((s, y))
+    pairs = pairs[-m:]
+    s, y = pairs[-1]
+    sigma = float((s @ y) / (y @ y))
+    assert mem.sigma == pytest.approx(sigma, rel=1e-12)
+    g = rng.standard_normal(n)
+    ref = two_loop(g, pairs, sigma)
+    np.testing.assert_allclose(mem.direction(g), ref, rtol=1e-10, atol=1e-12 * np.abs(ref).max())
+    assert mem.full == (n_pairs >= m)
+
+
+def test_curvature_safeguard_and_running_min_sigma() -> None:
+    mem = CompactLBFGS(3, 2, sigma_mode="running_min", sigma0=500.0, curvature="reference")
+    assert not mem.push(np.array([1.0, 0, 0]), np.array([-1.0, 0, 0]))  # sᵀy < 0
+    assert not mem.push(np.array([1e-9, 0, 0]), np.array([1.0, 0, 0]))  # sᵀy/|y| below 1e-6
+    assert mem.n_rejected == 2 and mem.size == 0
+    assert mem.push(np.array([1.0, 0, 0]), np.array([0.5, 0, 0]))
+    assert mem.sigma == pytest.approx(2.0)
+    assert mem.push(np.array([0, 1.0, 0]), np.array([0, 4.0, 0]))
+    assert mem.sigma == pytest.approx(0.25)
+    assert mem.push(np.array([0, 0, 1.0]), np.array([0, 0, 1.0]))
+    assert mem.sigma == pytest.approx(0.25)  # running minimum
+    rel = CompactLBFGS(2, 2)
+    assert not rel.push(np.array([1.0, 0.0]), np.array([1e-12, 1.0]))  # nearly orthogonal
+    with pytest.raises(InvalidParameterError, match="memory"):
+        CompactLBFGS(3, 0)
+
+
+# ----------------------------------------------------------------------------- schedules
+def test_det_schedule_rotates_with_first_equal_last() -> None:
+    it = subset_schedule(5, "det")
+    orders = [[k + 1 for k in next(it)] for _ in range(5)]
+    assert orders[2:] == [[3, 4, 5, 1, 2, 3], [4, 5, 1, 2, 3, 4], [5, 1, 2, 3, 4, 5]]
+    assert orders[0] == [1, 2, 3, 4, 5, 1]
+    it = subset_schedule(4, "det", repeat_first=False)
+    assert next(it) == [0, 1, 2, 3] and next(it) == [1, 2, 3, 0]
+    assert next(subset_schedule(1)) == [0]
+
+
+def test_stoc_schedule_is_a_permutation_plus_first() -> None:
+    it = subset_schedule(6, "stoc", rng=3)
+    seen = set()
+    for _ in range(20):
+        order = next(it)
+        assert len(order) == 7 and order[0] == order[-1]
+        assert sorted(order[:-1]) == list(range(6))
+        seen.add(tuple(order))
+    assert len(seen) > 10
+    with pytest.raises(InvalidParameterError, match="schedule"):
+        next(subset_schedule(3, "random"))  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- H1 with exact Hessian
+def test_hamsi_step_is_regularised_newton_on_a_quadratic() -> None:
+    rng = np.random.default_rng(0)
+    n = 6
+    B = rng.standard_normal((n, n))
+    A = B @ B.T + 0.1 * np.eye(n)
+    b = rng.standard_normal(n)
+    x0 = rng.standard_normal(n)
+    beta = 0.7
+    g = A @ x0 - b
+    z = hamsi_step(x0, g, A, beta)
+    np.testing.assert_allclose((A + beta * np.eye(n)) @ (z - x0), -g, atol=1e-10)
+    # H1 with one subset of one block and the exact Hessian: each epoch is that step with β_t
+    alpha = [list(range(n))]
+    x1 = hamsi_dense(
+        lambda fn, x: A @ x - b, lambda x: A, x0, [[[0]]], alpha, eta=0.5, gamma=1.0, max_epochs=1
+    )
+    np.testing.assert_allclose(x1, x0 - np.linalg.solve(A + 0.5 * np.eye(n), A @ x0 - b), rtol=1e-10)
+    A1 = A + np.eye(n)
+    xs = hamsi_dense(lambda fn, x: A1 @ x - b, lambda x: A1, x0, [[[0]]], alpha, max_epochs=60)
+    np.testing.assert_allclose(xs, np.linalg.solve(A1, b), rtol=1e-6, atol=1e-8)
+    with pytest.raises(InvalidParameterError, match="positive definite"):
+        hamsi_step(x0, g, -np.eye(n), 0.5)
+
+
+def test_hamsi_dense_on_example_cover_converges() -> None:
+    """Separable quadratic with the factor-graph of Example 3.0.1 and its valid K = 2 cover."""
+    alpha = [[0, 3], [0, 4], [1, 3], [1, 4], [2, 3], [2, 4]]
+    rng = np.random.default_rng(1)
+    a = rng.uniform(0.5, 1.5, size=(6, 2))
+    x_true = rng.standard_normal(5)
+    c = np.array([a[i] @ x_true[alpha[i]] for i in range(6)])  # consistent: every f_i can reach 0
+
+    def grad(fn: np.ndarray, x: np.ndarray) -> np.ndarray:  # f_i = ½ (a_i · x_{α_i} - c_i)²
+        g = np.zeros(5)
+        for i in fn:
+            r = a[i] @ x[alpha[i]] - c[i]
+            g[alpha[i]] += r * a[i]
+        return g
+
+    def hess(x: np.ndarray) -> np.ndarray:
+        H = np.zeros((5, 5))
+        for i in range(6):
+            H[np.ix_(alpha[i], alpha[i])] += np.outer(a[i], a[i])
+        return H
+
+    cover = [[[0], [3, 5]], [[2, 4], [1]]]
+    x = hamsi_dense(grad, hess, np.zeros(5), cover, alpha, eta=0.06, gamma=0.51, max_epochs=400)
+    assert np.linalg.norm(grad(np.arange(6), x)) < 1e-3 * np.linalg.norm(grad(np.arange(6), np.zeros(5)))
+
+
+# ----------------------------------------------------------------------------- MF runs
+@pytest.fixture(scope="module")
+def synth() -> MatrixFactorizationProblem:
+    ratings = make_low_rank_ratings(120, 90, 4, 0.25, rng=11)
+    return MatrixFactorizationProblem(ratings, 6)
+
+
+@pytest.mark.parametrize("scheme", ["strata-b", "hogwild", "color-b", None])
+def test_serial_and_parallel_iterates_are_identical(
+    synth: MatrixFactorizationProblem, scheme: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(hamsi_module, "_PARALLEL_WORK", 0)  # run even these small subsets in parallel
+    part = None if scheme is None else make_partition(synth.ratings, scheme, n_subsets=4, n_threads=2, rng=5)
+    kw = dict(max_epochs=12, rng=3, memory=3, schedule="det")
+    r1 = hamsi(synth, part, n_threads=1, **kw)  # type: ignore[arg-type]
+    r2 = hamsi(synth, part, n_threads=2, **kw)  # type: ignore[arg-type]
+    r3 = hamsi(synth, part, n_threads=2, backend="numba", **kw)  # type: ignore[arg-type]
+    for r in (r2, r3):
+        assert np.array_equal(r1.U, r.U) and np.array_equal(r1.V, r.V)
+        assert np.array_equal(r1.history_rmse, r.history_rmse)
+    assert r1.n_pairs_accepted > 0
+
+
+def test_hamsi_beats_mbgd_and_result_fields(synth: MatrixFactorizationProblem) -> None:
+    train, test = split_ratings(synth.ratings, 0.2, rng=0)
+    p = MatrixFactorizationProblem(train, 6, l2=1e-3)
+    part = strata_b(train, 2)
+    h = hamsi(p, part, max_epochs=40, rng=1, test=test)
+    g = mbgd(p, part, max_epochs=40, rng=1, test=test)
+    assert isinstance(h, HamsiResult)
+    assert h.history_rmse[0] == pytest.approx(g.history_rmse[0])  # same seed, same start
+    assert h.rmse < 0.5 * g.rmse
+    assert h.rmse < 0.3 * h.history_rmse[0]
+    assert h.status == "max_epochs" and h.n_epochs == 40 and h.n_steps == 40 * 3
+    assert g.n_steps == 40 * 2 and g.n_pairs_accepted == 0
+    assert h.history_test_rmse is not None and h.history_test_rmse.shape == h.history_rmse.shape
+    assert h.test_rmse is not None and np.isfinite(h.test_rmse)
+    assert set(h.timings) == {"gradient", "update", "hessian"}
+    assert np.all(np.diff(h.history_time) >= 0) and h.history_time[0] == 0
+    assert h.partition_balance["scheme"] == "strata-b"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        h.status = "x"  # type: ignore[misc]
+
+
+def test_stochastic_schedule_is_seeded(synth: MatrixFactorizationProblem) -> None:
+    a = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_epochs=5, rng=9)
+    b = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_epochs=5, rng=9)
+    c = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_epochs=5, rng=10)
+    assert np.array_equal(a.U, b.U)
+    assert not np.array_equal(a.U, c.U)
+
+
+def test_time_budget_and_divergence(synth: MatrixFactorizationProblem) -> None:
+    r = hamsi(synth, max_epochs=10**6, time_budget=0.05, rng=0)
+    assert r.status == "time_budget" and r.elapsed >= 0.05
+    d = mbgd(synth, eta=1e-12, max_epochs=50, rng=0)  # absurd steps
+    assert d.status == "diverged"
+    assert np.all(np.isfinite(d.U)) and np.all(np.isfinite(d.V))
+
+
+def test_restart_safeguard_prevents_divergence(synth: MatrixFactorizationProblem) -> None:
+    kw = dict(n_subsets=4, beta_counter="outer", max_epochs=40, rng=1)
+    raw = hamsi(synth, "color-b", safeguard=False, **kw)  # type: ignore[arg-type]
+    safe = hamsi(synth, "color-b", **kw)  # type: ignore[arg-type]
+    assert raw.status == "diverged" and raw.n_restarts == 0
+    assert safe.status == "max_epochs" and safe.n_restarts > 0
+    assert safe.rmse < 0.1 * safe.history_rmse[0]
+
+
+def test_bad_arguments(synth: MatrixFactorizationProblem) -> None:
+    with pytest.raises(InvalidParameterError, match="memory"):
+        hamsi(synth, memory=0, rng=0)
+    with pytest.raises(InvalidParameterError, match="backend"):
+        hamsi(synth, backend="mpi", rng=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="schedule"):
+        hamsi(synth, schedule="cyclic", rng=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="beta_counter"):
+        hamsi(synth, beta_counter="epoch", rng=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="eta"):
+        hamsi(synth, eta=0.0, rng=0)
+    other = make_low_rank_ratings(10, 10, 2, 0.5, rng=0)
+    with pytest.raises(InvalidParameterError, match="partition"):
+        hamsi(synth, strata_b(other, 2), rng=0)
+    with pytest.raises(InvalidParameterError, match="problem"):
+        hamsi(other, rng=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="test"):
+        hamsi(synth, test=other, rng=0)
+
+
+def test_movielens_hamsi_far_below_mbgd(shared_datasets: Path) -> None:
+    path = shared_datasets / "movielens-100k" / "u.data"
+    if not path.is_file():
+        pytest.skip("MovieLens 100K not available")
+    p = MatrixFactorizationProblem(load_movielens(path), 50)
+    kw = dict(max_epochs=60, rng=1453, eval_every=60)
+    h = hamsi(p, beta_counter="inner", sigma_mode="running_min", curvature="reference", **kw)  # type: ignore[arg-type]
+    g = mbgd(p, **kw)  # type: ignore[arg-type]
+    assert 7.5 < h.history_rmse[0] < 8.5
+    assert h.rmse < 1.0 and g.rmse > 2.0
+
+
+# ----------------------------------------------------------------------------- engines
+@pytest.mark.parametrize("n_shards", [1, 2, 3])
+def test_distributed_matches_in_process_strata_b(synth: MatrixFactorizationProblem, n_shards: int) -> None:
+    p = MatrixFactorizationProblem(synth.ratings, 6, l2=1e-3)
+    kw = dict(max_epochs=10, memory=3, rng=3)
+    local = hamsi(p, strata_b(p.ratings, n_shards), safeguard=False, **kw)  # type: ignore[arg-type]
+    dist = hamsi_distributed(p, n_shards, **kw)  # type: ignore[arg-type]
+    # same gradients; inner products summed per shard (different rounding only)
+    np.testing.assert_allclose(dist.U, local.U, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(dist.history_rmse, local.history_rmse, rtol=1e-9)
+    assert dist.n_pairs_accepted == local.n_pairs_accepted > 0
+    assert dist.scheme == "strata-b/inprocess" and dist.n_epochs == 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["processes", "ray"])
+def test_distributed_engines_are_bit_identical(
+    synth: MatrixFactorizationProblem, engine: str, request: pytest.FixtureRequest
+) -> None:
+    if "slow" not in str(request.config.getoption("-m") or ""):
+        pytest.skip("starts worker processes / a Ray cluster; run with -m slow")
+    if engine == "ray":
+        pytest.importorskip("ray")
+    kw = dict(max_epochs=6, memory=3, rng=3)
+    ref = hamsi_distributed(synth, 2, **kw)  # type: ignore[arg-type]
+    other = hamsi_distributed(synth, 2, engine=engine, **kw)  # type: ignore[arg-type]
+    assert np.array_equal(ref.U, other.U) and np.array_equal(ref.V, other.V)

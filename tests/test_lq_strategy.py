@@ -1,0 +1,259 @@
+"""Strategy optimization: derivatives, CG, certificates, invariances, COA paper variant, baselines."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+from dpopt.exceptions import InvalidParameterError
+from dpopt.linear_queries import COAParams, StrategyResult, evaluate_strategy, optimize_strategy
+from dpopt.linear_queries import workloads as wl
+from dpopt.linear_queries.baselines import (
+    BASELINES,
+    baseline,
+    gm_direct_objective,
+    haar_matrix,
+    hierarchical_matrix,
+)
+from dpopt.linear_queries.strategy import (
+    coa_gradient,
+    coa_hessian_vector,
+    coa_objective,
+    dual_lower_bound,
+    modified_cg,
+    strategy_error,
+    svd_lower_bound,
+)
+
+
+def _random_problem(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    W = rng.normal(size=(2 * n, n))
+    V = W.T @ W
+    B = rng.normal(size=(n, n))
+    X = B @ B.T / n + np.eye(n)
+    d = np.sqrt(np.diag(X))
+    return V, X / np.outer(d, d)
+
+
+def _sym_direction(n: int, seed: int) -> np.ndarray:
+    D = np.random.default_rng(seed).normal(size=(n, n))
+    return (D + D.T) / 2
+
+
+def test_gradient_and_hessian_match_finite_differences():
+    V, X = _random_problem(6, 0)
+    D = _sym_direction(6, 1)
+    h = 1e-6
+    fd = (coa_objective(X + h * D, V) - coa_objective(X - h * D, V)) / (2 * h)
+    assert np.sum(coa_gradient(X, V) * D) == pytest.approx(fd, rel=1e-6)
+    fd_h = (coa_gradient(X + h * D, V) - coa_gradient(X - h * D, V)) / (2 * h)
+    np.testing.assert_allclose(coa_hessian_vector(X, V, D), fd_h, rtol=1e-5, atol=1e-6)
+
+
+def test_modified_cg_solves_reduced_newton_system():
+    n = 5
+    V, X = _random_problem(n, 2)
+    Z = np.linalg.inv(X)
+    G = -Z @ V @ Z
+    D, passes = modified_cg(Z, G, max_steps=200, tol_abs=1e-24)
+    iu = np.triu_indices(n, 1)
+    basis = []
+    for i, j in zip(*iu, strict=True):
+        E = np.zeros((n, n))
+        E[i, j] = E[j, i] = 1.0
+        basis.append(E)
+    H = np.array([[np.sum(Ei * coa_hessian_vector(X, V, Ej)) for Ej in basis] for Ei in basis])
+    g = np.array([np.sum(Ei * G) for Ei in basis])
+    coef = np.linalg.solve(H, -g)
+    D_ref = sum(c * E for c, E in zip(coef, basis, strict=True))
+    np.testing.assert_allclose(D, D_ref, rtol=1e-7, atol=1e-8)
+    assert np.all(np.diag(D) == 0)
+    assert passes >= 1
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: wl.random_ranges(30, 12, rng=0),
+        lambda: wl.random_bernoulli(20, 10, rng=1),
+        lambda: wl.random_marginals(40, 16, rng=2),  # rank deficient
+        lambda: wl.random_related(20, 12, 4, rng=3),  # rank deficient
+        lambda: wl.random_related(32, 32, 3, rng=np.random.default_rng(0)),  # inactive column constraints
+        lambda: wl.prefix(16),
+        lambda: wl.all_range(16),
+    ],
+    ids=["ranges", "bernoulli", "marginals", "related", "related-rank3", "prefix", "all_range"],
+)
+def test_certified_gap_small_random_workloads(make):
+    W = make()
+    res = optimize_strategy(W, tol=1e-7, max_iter=3000)
+    assert res.status == "converged"
+    assert res.gap <= 1e-6
+    assert res.svd_bound <= res.lower_bound * (1 + 1e-12) <= res.objective * (1 + 1e-9)
+    assert res.bias < 1e-10
+    A = res.strategy
+    assert np.max(np.linalg.norm(A, axis=0)) == pytest.approx(1.0, abs=1e-9)
+    # the certificate bounds every other strategy, too
+    for name in ("identity", "hierarchical", "eigen"):
+        assert baseline(name, W).objective >= res.lower_bound * (1 - 1e-9)
+    obj, _ = strategy_error(A, W.gram())
+    assert obj == pytest.approx(res.objective, rel=1e-9)
+
+
+def test_closed_form_optima():
+    assert optimize_strategy(wl.identity(8)).objective == pytest.approx(8, rel=1e-6)
+    assert optimize_strategy(wl.total(8)).objective == pytest.approx(1, rel=1e-6)
+
+
+def test_lower_bounds_consistent():
+    W = wl.random_ranges(25, 10, rng=4)
+    V = W.gram()
+    svd = svd_lower_bound(V)
+    assert dual_lower_bound(V, np.ones(10)) == pytest.approx(svd)
+    res = optimize_strategy(W, tol=1e-8, max_iter=2000)
+    for seed in range(3):
+        y = np.random.default_rng(seed).uniform(0.1, 2, size=10)
+        assert dual_lower_bound(V, y) <= res.objective * (1 + 1e-9)
+
+
+def test_scaling_and_permutation_invariance():
+    W = wl.random_bernoulli(20, 8, rng=5)
+    D = W.matrix()
+    base = optimize_strategy(W, tol=1e-9, max_iter=2000)
+    scaled = optimize_strategy(wl.from_matrix(3.0 * D), tol=1e-9, max_iter=2000)
+    assert scaled.objective == pytest.approx(9.0 * base.objective, rel=1e-6)
+    X = base.strategy.T @ base.strategy
+    np.testing.assert_allclose(scaled.strategy.T @ scaled.strategy, X, atol=1e-4)
+    perm = np.random.default_rng(0).permutation(8)
+    permuted = optimize_strategy(wl.from_matrix(D[:, perm]), tol=1e-9, max_iter=2000)
+    assert permuted.objective == pytest.approx(base.objective, rel=1e-6)
+    Xp = permuted.strategy.T @ permuted.strategy
+    np.testing.assert_allclose(Xp, X[np.ix_(perm, perm)], atol=1e-4)
+
+
+def test_zero_columns_left_unmeasured():
+    D = np.array([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    W = wl.from_matrix(D, allow_zero_columns=True)
+    res = optimize_strategy(W, tol=1e-8)
+    assert np.allclose(res.strategy[:, 1], 0)
+    ref = optimize_strategy(wl.from_matrix(D[:, [0, 2]]), tol=1e-8)
+    assert res.objective == pytest.approx(ref.objective, rel=1e-6)
+
+
+def test_paper_variant_runs_and_is_monotone():
+    W = wl.random_ranges(64, 24, rng=6)
+    res = optimize_strategy(W, method="paper")
+    assert res.status in ("objective_stalled", "max_iter", "line_search_failed")
+    assert res.n_iter <= 30
+    F = [h["regularized_objective"] for h in res.history]
+    assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(F))
+    A = res.strategy
+    np.testing.assert_allclose(np.linalg.norm(A, axis=0), 1.0, atol=1e-8)
+    assert res.objective >= res.lower_bound * (1 - 1e-9)
+    assert res.objective <= np.trace(W.gram())  # never worse than the start X0 = I
+    best = optimize_strategy(W, tol=1e-6)
+    assert best.objective <= res.objective * (1 + 1e-9)
+    assert COAParams.matlab().beta == 0.5
+    homo = optimize_strategy(
+        wl.random_marginals(64, 16, rng=1), method="paper", params=COAParams(homotopy=True)
+    )
+    assert homo.objective >= homo.lower_bound * (1 - 1e-9)
+
+
+def test_newton_variant_certifies():
+    res = optimize_strategy(wl.prefix(16), method="newton", tol=1e-5, max_iter=60)
+    assert res.gap <= 1e-5
+
+
+def test_line_search_failure_keeps_start():
+    W = wl.prefix(12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = optimize_strategy(
+            W, method="paper", params=COAParams(max_line_search=1, beta=0.1, sigma=0.4999)
+        )
+    assert res.objective <= np.trace(W.gram()) * (1 + 1e-12)
+    assert res.status in ("line_search_failed", "objective_stalled", "max_iter")
+
+
+def test_save_load_roundtrip(tmp_path):
+    W = wl.prefix(10)
+    res = optimize_strategy(W)
+    path = res.save(tmp_path / "s")
+    back = StrategyResult.load(path, workload=W)
+    np.testing.assert_array_equal(back.strategy, res.strategy)
+    assert back.objective == res.objective and back.status == res.status
+    with pytest.raises(InvalidParameterError, match="fingerprint"):
+        StrategyResult.load(path, workload=wl.prefix(11))
+
+
+def test_refuses_when_memory_too_small():
+    with pytest.raises(InvalidParameterError, match="GiB"):
+        optimize_strategy(wl.prefix(64), max_memory=1000)
+
+
+def test_bad_arguments():
+    with pytest.raises(InvalidParameterError):
+        optimize_strategy(wl.prefix(4), method="lbfgs")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError):
+        optimize_strategy(np.array([[1.0, np.nan]]))
+    with pytest.raises(InvalidParameterError):
+        evaluate_strategy(wl.prefix(4), np.eye(3))
+
+
+def test_baselines_closed_forms():
+    n = 16
+    W = wl.random_ranges(40, n, rng=9)
+    ident = baseline("identity", W)
+    assert ident.objective == pytest.approx(W.frobenius_norm_sq)
+    depth = np.log2(n)
+    for A in (haar_matrix(n), hierarchical_matrix(n)):
+        np.testing.assert_allclose(np.linalg.norm(A, axis=0), np.sqrt(1 + depth))
+    assert hierarchical_matrix(n).shape == (2 * n - 1, n)
+    gm = baseline("gm", W)
+    assert gm.objective == pytest.approx(np.linalg.matrix_rank(W.matrix()) * W.l2_sensitivity**2, rel=1e-8)
+    assert gm_direct_objective(W) == pytest.approx(40 * W.l2_sensitivity**2)
+    for name in BASELINES:
+        assert baseline(name, W).bias < 1e-8
+    best = optimize_strategy(W, tol=1e-6)
+    lrm = baseline("lrm", W)
+    assert best.lower_bound * (1 - 1e-9) <= lrm.objective <= 1.05 * best.objective
+    with pytest.raises(InvalidParameterError):
+        baseline("dawa", W)
+
+
+def test_kronecker_solved_per_factor_and_certified(tmp_path):
+    K = wl.kronecker(wl.prefix(6), wl.random_ranges(10, 5, rng=1))
+    res = optimize_strategy(K, tol=1e-7, max_iter=3000)
+    assert res.status == "converged" and res.gap <= 1e-6
+    assert len(res.factors) == 2 and res.strategy.shape == (30, 30)
+    obj, bias = strategy_error(res.strategy, K.gram())
+    assert obj == pytest.approx(res.objective, rel=1e-9) and bias < 1e-10
+    dense = optimize_strategy(wl.from_matrix(K.matrix()), tol=1e-7, max_iter=3000)
+    assert dense.objective == pytest.approx(res.objective, rel=2e-6)
+    back = StrategyResult.load(res.save(tmp_path / "k.npz"), workload=K)
+    assert len(back.factors) == 2
+    np.testing.assert_array_equal(back.factors[1], res.factors[1])
+    big = optimize_strategy(wl.kronecker(wl.prefix(64), wl.all_range(32), wl.prefix(16)))
+    assert big.converged and big.strategy.shape == (0, 64 * 32 * 16)
+
+
+def test_cache_dir_reuses_strategies(tmp_path):
+    W = wl.random_ranges(20, 10, rng=2)
+    first = optimize_strategy(W, cache_dir=tmp_path)
+    assert len(list(tmp_path.glob("*.npz"))) == 1
+    again = optimize_strategy(wl.random_ranges(20, 10, rng=2), cache_dir=tmp_path)
+    np.testing.assert_array_equal(again.strategy, first.strategy)
+    assert again.cpu_seconds == first.cpu_seconds  # loaded, not recomputed
+
+
+def test_rank_deficient_needs_ridge_in_newton_methods():
+    W = wl.random_marginals(40, 16, rng=0)
+    for method in ("paper", "newton"):
+        with pytest.raises(InvalidParameterError, match="rank deficient"):
+            optimize_strategy(W, method=method, params=COAParams(theta=0.0))
+    assert optimize_strategy(W).converged  # the dual method needs no ridge

@@ -1,0 +1,162 @@
+"""Matrix-factorization problem: objective, compiled gradients, validation, train/test split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpopt.datasets import Ratings, load_movielens, make_low_rank_ratings
+from dpopt.exceptions import InvalidParameterError
+from dpopt.matrix_factorization import MatrixFactorizationProblem, split_ratings
+from dpopt.solvers import _mf_kernels
+
+
+def small_problem(l2: float = 0.0, scaling: str = "mean", rank: int = 3) -> MatrixFactorizationProblem:
+    ratings = make_low_rank_ratings(12, 9, 2, 0.6, rng=3)
+    return MatrixFactorizationProblem(ratings, rank, l2=l2, scaling=scaling)  # type: ignore[arg-type]
+
+
+def dense_loss(p: MatrixFactorizationProblem, U: np.ndarray, V: np.ndarray) -> float:
+    r = p.ratings
+    res = r.values - np.einsum("ij,ij->i", U[r.rows], V[r.cols])
+    w = 1 / r.n_ratings if p.scaling == "mean" else 2.0
+    return 0.5 * w * float(res @ res) + 0.5 * p.l2 * float((U**2).sum() + (V**2).sum())
+
+
+@pytest.mark.parametrize(("l2", "scaling"), [(0.0, "mean"), (0.3, "mean"), (0.1, "sum")])
+def test_loss_matches_dense_formula(l2: float, scaling: str) -> None:
+    p = small_problem(l2, scaling)
+    U, V = p.init_factors(rng=0)
+    assert p.loss(U, V) == pytest.approx(dense_loss(p, U, V), rel=1e-12)
+
+
+@pytest.mark.parametrize(("l2", "scaling"), [(0.0, "mean"), (0.3, "mean"), (0.1, "sum")])
+def test_gradient_matches_finite_differences(l2: float, scaling: str) -> None:
+    p = small_problem(l2, scaling)
+    U, V = p.init_factors(rng=1, scale=0.7)
+    gU, gV = p.gradient(U, V)
+    x = p.pack(U, V)
+    g = np.concatenate([gU.ravel(), gV.ravel()])
+    h = 1e-6
+    fd = np.empty_like(x)
+    for i in range(x.shape[0]):
+        e = np.zeros_like(x)
+        e[i] = h
+        fd[i] = (p.loss(*p.unpack(x + e)) - p.loss(*p.unpack(x - e))) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_gradient_is_thread_count_invariant_and_matches_a_serial_pass() -> None:
+    ratings = make_low_rank_ratings(300, 200, 5, 0.1, rng=2)
+    p = MatrixFactorizationProblem(ratings, 8, allow_empty=True)
+    U, V = p.init_factors(rng=0)
+    g1 = p.gradient(U, V, n_threads=1)
+    g2 = p.gradient(U, V, n_threads=2)
+    assert np.array_equal(g1[0], g2[0]) and np.array_equal(g1[1], g2[1])
+    gU = np.zeros_like(U)
+    gV = np.zeros_like(V)
+    ptr = np.array([0, p.n_ratings], dtype=np.int64)
+    _mf_kernels.strata_gradient(U, V, p.rows, p.cols, p.values, ptr, 1, p.weight, gU, gV, np.zeros(1))
+    np.testing.assert_allclose(gU, g1[0], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(gV, g1[1], rtol=1e-12, atol=1e-15)
+    # the grid layout: blocks of one stratum touch disjoint rows and columns
+    G = p.grid
+    for s in range(G):
+        seen_r: set[int] = set()
+        seen_c: set[int] = set()
+        for r in range(G):
+            lo, hi = p._ptr[s * G + r], p._ptr[s * G + r + 1]
+            rows, cols = set(p.rows[lo:hi].tolist()), set(p.cols[lo:hi].tolist())
+            assert not rows & seen_r and not cols & seen_c
+            seen_r |= rows
+            seen_c |= cols
+
+
+def test_rmse_and_sse() -> None:
+    p = small_problem()
+    U, V = p.init_factors(rng=0)
+    r = p.ratings
+    res = r.values - np.einsum("ij,ij->i", U[r.rows], V[r.cols])
+    assert p.rmse(U, V) == pytest.approx(float(np.sqrt(np.mean(res**2))), rel=1e-12)
+    assert p.rmse(U, V, r) == pytest.approx(p.rmse(U, V), rel=1e-12)
+
+
+def test_pack_unpack_roundtrip() -> None:
+    p = small_problem()
+    U, V = p.init_factors(rng=0)
+    x = p.pack(U, V)
+    U2, V2 = p.unpack(x)
+    assert np.array_equal(U, U2) and np.array_equal(V, V2)
+    assert x.shape == (p.n_params,) == ((12 + 9) * 3,)
+
+
+@pytest.mark.parametrize("rank", [0, -1, 2.5, True])
+def test_bad_rank_raises(rank: object) -> None:
+    ratings = make_low_rank_ratings(5, 4, 1, 1.0, rng=0)
+    with pytest.raises(InvalidParameterError, match="rank"):
+        MatrixFactorizationProblem(ratings, rank)  # type: ignore[arg-type]
+
+
+def test_out_of_range_ids_raise() -> None:
+    with pytest.raises(InvalidParameterError, match="outside shape"):
+        MatrixFactorizationProblem.from_arrays([0, 1, 5], [0, 1, 1], [1.0, 2.0, 3.0], rank=2, shape=(3, 2))
+    with pytest.raises(InvalidParameterError, match="non-negative"):
+        MatrixFactorizationProblem.from_arrays([0, -1], [0, 1], [1.0, 2.0], rank=2)
+    with pytest.raises(InvalidParameterError, match="whole numbers"):
+        MatrixFactorizationProblem.from_arrays([0, 0.5], [0, 1], [1.0, 2.0], rank=2)
+
+
+def test_empty_rows_and_columns_raise_unless_allowed() -> None:
+    rows, cols, vals = [0, 2], [0, 1], [1.0, 2.0]  # row 1 is empty
+    with pytest.raises(InvalidParameterError, match="no rating"):
+        MatrixFactorizationProblem.from_arrays(rows, cols, vals, rank=2)
+    with pytest.raises(InvalidParameterError, match="no rating"):
+        MatrixFactorizationProblem.from_arrays([0, 1], [0, 0], [1.0, 2.0], rank=1, shape=(2, 3))
+    p = MatrixFactorizationProblem.from_arrays(rows, cols, vals, rank=2, allow_empty=True)
+    assert p.shape == (3, 2)
+
+
+def test_other_bad_inputs() -> None:
+    ratings = make_low_rank_ratings(5, 4, 1, 1.0, rng=0)
+    with pytest.raises(InvalidParameterError, match="l2"):
+        MatrixFactorizationProblem(ratings, 2, l2=-1.0)
+    with pytest.raises(InvalidParameterError, match="scaling"):
+        MatrixFactorizationProblem(ratings, 2, scaling="median")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="Ratings"):
+        MatrixFactorizationProblem((1, 2, 3), 2)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="NaN"):
+        MatrixFactorizationProblem.from_arrays([0], [0], [np.nan], rank=1)
+    p = MatrixFactorizationProblem(ratings, 2)
+    with pytest.raises(InvalidParameterError, match="shapes"):
+        p.loss(np.zeros((5, 3)), np.zeros((4, 2)))
+
+
+def test_split_ratings_keeps_every_row_and_column_in_train() -> None:
+    ratings = make_low_rank_ratings(40, 30, 2, 0.15, rng=5)
+    train, test = split_ratings(ratings, 0.3, rng=1)
+    assert train.n_ratings + test.n_ratings == ratings.n_ratings
+    assert train.shape == test.shape == ratings.shape
+    for idx, size in ((ratings.rows, 40), (ratings.cols, 30)):
+        had = np.bincount(idx, minlength=size) > 0
+        in_train = np.bincount(train.rows if idx is ratings.rows else train.cols, minlength=size) > 0
+        assert np.array_equal(had, in_train)
+    assert 0.2 < test.n_ratings / ratings.n_ratings <= 0.3
+    # disjoint and complete
+    key = lambda r: set(zip(r.rows.tolist(), r.cols.tolist(), strict=True))  # noqa: E731
+    assert key(train) | key(test) == key(ratings) and not key(train) & key(test)
+    again = split_ratings(ratings, 0.3, rng=1)
+    assert np.array_equal(again[1].rows, test.rows)
+
+
+def test_movielens_100k_initial_rmse(shared_datasets: Path) -> None:
+    path = shared_datasets / "movielens-100k" / "u.data"
+    if not path.is_file():
+        pytest.skip("MovieLens 100K not available")
+    r = load_movielens(path)
+    p = MatrixFactorizationProblem(r, 50)
+    U, V = p.init_factors(rng=0)
+    # N(0,1) factors, rank 50: RMSE ≈ sqrt(50 + E[y²]) ≈ 8 (spec §2.10)
+    assert 7.5 < p.rmse(U, V) < 8.5
+    assert isinstance(r, Ratings)
