@@ -213,6 +213,7 @@ def test_time_budget_and_divergence(synth: MatrixFactorizationProblem) -> None:
     d = mbgd(synth, eta=1e-12, max_epochs=50, rng=0)  # absurd steps
     assert d.status == "diverged"
     assert np.all(np.isfinite(d.U)) and np.all(np.isfinite(d.V))
+    assert d.rmse == min(d.history_rmse) and d.rmse <= d.history_rmse[0]
 
 
 def test_restart_safeguard_prevents_divergence(synth: MatrixFactorizationProblem) -> None:

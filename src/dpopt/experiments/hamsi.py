@@ -16,7 +16,8 @@ Choices (recorded in every config):
 * Data: ``dataset="movielens-100k"`` reads ``u.data`` from ``$DPOPT_DATASETS/movielens-100k`` or from
   ``shared/datasets`` next to the source tree; ``"movielens:<path>"`` reads any MovieLens file (1M,
   10M, 20M for the paper scale); when the file is absent the run falls back to synthetic low-rank
-  ratings of the same shape and size and says so in every record (``dataset`` field).
+  ratings of the same shape and size and says so in every record (``dataset`` field);
+  ``"synthetic"`` / ``"synthetic-1m"`` are low-rank ratings shaped like MovieLens 100K / 1M.
 * Constants: rank 50, HAMSI (η, γ) = (0.06, 0.51), mb-GD (0.001, 0.51), memory 5, N(0, 1)
   initialization, 1/(2|Ω|) scaling; the reference code's β counter (inner), running-minimum σ and
   curvature test, no β floor and no restart safeguard by default, i.e. the reference algorithm
@@ -46,6 +47,8 @@ from dpopt.solvers.hamsi import HamsiResult, hamsi, mbgd
 
 ML100K_SHAPE = (943, 1682)
 ML100K_RATINGS = 100_000
+ML1M_SHAPE = (6040, 3706)
+ML1M_RATINGS = 1_000_209
 
 
 def _dataset_dirs() -> list[Path]:
@@ -70,14 +73,15 @@ def load_dataset(name: str, rng: np.random.Generator) -> tuple[Ratings, str]:
             if f.is_file():
                 return load_movielens(f), "movielens-100k"
         label = "synthetic (MovieLens 100K not found)"
-    elif name == "synthetic":
-        label = "synthetic"
+    elif name in ("synthetic", "synthetic-1m"):
+        label = name
     else:
         raise ValueError(
-            f"dataset: unknown {name!r}; use 'movielens-100k', 'movielens:<path>' or 'synthetic'"
+            f"dataset: unknown {name!r}; use 'movielens-100k', 'movielens:<path>', 'synthetic' or "
+            "'synthetic-1m'"
         )
-    m, n = ML100K_SHAPE
-    r = make_low_rank_ratings(m, n, 10, ML100K_RATINGS / (m * n), rng=rng)
+    (m, n), size = (ML1M_SHAPE, ML1M_RATINGS) if name == "synthetic-1m" else (ML100K_SHAPE, ML100K_RATINGS)
+    r = make_low_rank_ratings(m, n, 10, size / (m * n), rng=rng)
     return Ratings(
         rows=r.rows,
         cols=r.cols,

@@ -55,7 +55,14 @@ TablesFn: TypeAlias = Callable[[Sequence[Record]], list[tuple[str, list[Record]]
 SCALES: tuple[str, ...] = ("quick", "paper")
 
 #: Modules imported on first registry access; each registers its experiments at import time.
-_BUILTIN_MODULES: tuple[str, ...] = ("dpopt.experiments.tour",)
+_BUILTIN_MODULES: tuple[str, ...] = (
+    "dpopt.experiments.tour",
+    "dpopt.experiments.coa",
+    "dpopt.experiments.ttz",
+    "dpopt.experiments.kuru",
+    "dpopt.experiments.hamsi",
+    "dpopt.experiments.admm",
+)
 
 #: Names of experiments (besides those named ``tour-*``) that ``dpopt tour`` also runs at quick scale.
 TOUR: list[str] = []

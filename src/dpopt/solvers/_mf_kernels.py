@@ -33,6 +33,7 @@ __all__ = [
     "chunked_matvec",
     "gradient_block",
     "lbfgs_apply",
+    "pair_products",
     "sse_chunks",
     "strata_gradient",
     "strata_gradient_serial",
@@ -134,6 +135,29 @@ def chunked_matvec(A, v, chunk, partial):  # pragma: no cover
 
 
 @njit(**_OPTS)
+def pair_products(A, s, y, chunk, partial):  # pragma: no cover - compiled
+    """All inner products a new curvature pair needs, chunk by chunk, in one sweep.
+
+    ``A`` holds ``M`` s-slots then ``M`` y-slots.  ``partial[c]`` = ``[s·y, y·y, s·s, S_j·y (M),
+    Y_j·s (M), Y_j·y (M)]`` over chunk ``c``; the caller sums over ``c``.
+    """
+    m = A.shape[0] // 2
+    n = A.shape[1]
+    for c in range(partial.shape[0]):
+        lo = c * chunk
+        hi = min(n, lo + chunk)
+        sc = s[lo:hi]
+        yc = y[lo:hi]
+        partial[c, 0] = _seg_dot(sc, yc)
+        partial[c, 1] = _seg_dot(yc, yc)
+        partial[c, 2] = _seg_dot(sc, sc)
+        for j in range(m):
+            partial[c, 3 + j] = _seg_dot(A[j, lo:hi], yc)
+            partial[c, 3 + m + j] = _seg_dot(A[m + j, lo:hi], sc)
+            partial[c, 3 + 2 * m + j] = _seg_dot(A[m + j, lo:hi], yc)
+
+
+@njit(**_OPTS)
 def lbfgs_apply(x, g, A, coefs, gcoef, step):  # pragma: no cover
     """``x -= step * (gcoef * g + A.T @ coefs)`` elementwise (rows of ``A`` are S and Y slots)."""
     m = A.shape[0]
@@ -164,6 +188,7 @@ def warmup() -> None:
     A = np.ones((2, 3))
     chunked_matvec(A, np.ones(3), 8192, np.zeros((1, 2)))
     lbfgs_apply(np.ones(3), np.ones(3), A, np.ones(2), 1.0, 1.0)
+    pair_products(np.ones((2, 3)), np.ones(3), np.ones(3), 8192, np.zeros((1, 6)))
     _WARM = True
 
 

@@ -91,6 +91,15 @@ def _matvec(A: Float, v: Float) -> Float:
     return out
 
 
+def _pair_products(A: Float, s: Float, y: Float) -> Float:
+    """``[s·y, y·y, s·s, S_j·y, Y_j·s, Y_j·y]`` in one sweep (see :func:`_mf_kernels.pair_products`)."""
+    m = A.shape[0] // 2
+    partial = np.empty(((A.shape[1] + _CHUNK - 1) // _CHUNK, 3 + 3 * m))
+    _k.pair_products(A, s, y, _CHUNK, partial)
+    out: Float = partial.sum(axis=0)
+    return out
+
+
 def _dot(a: Float, b: Float) -> float:
     return float(_matvec(a.reshape(1, -1), b)[0])
 
@@ -182,10 +191,10 @@ class CompactLBFGS:
     def push(self, s: Float, y: Float) -> bool:
         """Offer a curvature pair; return whether it passed the curvature test and was stored."""
         m = self.memory
+        p = _pair_products(self.A, s, y)
         return self.push_reduced(
-            s, y, _dot(s, y), _dot(y, y), _dot(s, s), _matvec(self.A[:m], y), _matvec(self.A[m:], s),
-            _matvec(self.A[m:], y),
-        )  # fmt: skip
+            s, y, float(p[0]), float(p[1]), float(p[2]), p[3 : 3 + m], p[3 + m : 3 + 2 * m], p[3 + 2 * m :]
+        )
 
     def push_reduced(
         self,
@@ -327,8 +336,8 @@ class HamsiResult:
         Partitioning scheme (``"full"`` for the single-subset cover).
     schedule : {"det", "stoc"}
     status : str
-        ``"max_epochs"``, ``"time_budget"`` or ``"diverged"`` (non-finite gradient; factors are the
-        last finite iterate).
+        ``"max_epochs"``, ``"time_budget"`` or ``"diverged"`` (non-finite values; the factors are
+        then the best evaluated iterate, whose RMSE is the last history entry).
     n_epochs, n_steps : int
         Outer iterations and inner steps (subset visits) done.
     history_time : ndarray
@@ -618,12 +627,18 @@ def _run(
         subsets = _plan(problem, part, used_threads)
         _k.warmup()  # load/compile kernels before the clock starts
 
+        best_rmse = [math.inf]  # best evaluated training RMSE and its iterate
+        best_x = x.copy()
+
         def evaluate(epoch: int) -> None:
             hist_t.append(elapsed)
             hist_e.append(epoch)
             hist_r.append(problem.rmse(U, V))
             if test is not None:
                 hist_te.append(problem.rmse(U, V, test))
+            if hist_r[-1] < best_rmse[0]:
+                best_rmse[0] = hist_r[-1]
+                best_x[:] = x
 
         evaluate(0)
         orders = subset_schedule(
@@ -640,7 +655,6 @@ def _run(
         qn_since_safe = False
         prev_sse = np.full(K, math.inf)  # loss of each subset at its previous visit
         n_restarts = 0
-        last_x = np.empty(0)
         stop = False
         while epoch < max_epochs and not stop:
             order = next(orders)
@@ -655,8 +669,7 @@ def _run(
                 guarded = safeguard and lbfgs is not None and safe_x is not None and qn_since_safe
                 if bad and not guarded:
                     status = "diverged"
-                    if last_x.size:
-                        x[:] = last_x
+                    x[:] = best_x
                     stop = True
                     elapsed += t1 - t0
                     timings["gradient"] += t1 - t0
@@ -695,7 +708,6 @@ def _run(
                         stop = True
                     break  # start the next outer iteration from the restored point
                 t2 = time.perf_counter()
-                last_x = x.copy() if status != "diverged" and _needs_backup(steps) else last_x
                 if lbfgs is not None and lbfgs.full:
                     beta = max(beta_floor, (eta * counter) ** gamma)
                     coefs = lbfgs.coefficients(g)
@@ -716,12 +728,14 @@ def _run(
                     break
             epoch += 1
             if stop or epoch % eval_every == 0 or epoch == max_epochs:
-                if not np.all(np.isfinite(x)):
+                if not np.all(np.isfinite(x)):  # hand back the best evaluated iterate
                     status = "diverged"
-                    if last_x.size:
-                        x[:] = last_x
                     stop = True
+                    x[:] = best_x
                 evaluate(epoch)
+                if status == "diverged" and hist_r[-1] > best_rmse[0]:
+                    x[:] = best_x  # finite but exploded: also hand back the best iterate
+                    evaluate(epoch)
 
     options = {
         "eta": eta, "gamma": gamma, "eta_gd": eta_gd, "gamma_gd": gamma_gd, "memory": memory,
@@ -751,11 +765,6 @@ def _run(
         partition_balance=MappingProxyType(part.balance()),
         options=MappingProxyType(options),
     )
-
-
-def _needs_backup(step: int) -> bool:
-    # keep a recent finite iterate to return on divergence (every 16 steps: cheap)
-    return step % 16 == 1
 
 
 def hamsi(
@@ -1062,10 +1071,7 @@ class _HamsiShard:
                 s_ = self.x - self.ref_x
                 y_ = self.g - self.ref_g
                 self.pair = (s_, y_)
-                out[0], out[1], out[2] = _dot(s_, y_), _dot(y_, y_), _dot(s_, s_)
-                out[3 : 3 + m] = _matvec(self.mem.A[:m], y_)
-                out[3 + m : 3 + 2 * m] = _matvec(self.mem.A[m:], s_)
-                out[3 + 2 * m : 3 + 3 * m] = _matvec(self.mem.A[m:], y_)
+                out[: 3 + 3 * m] = _pair_products(self.mem.A, s_, y_)
                 out[-2], out[-1] = _dot(s_, self.g), _dot(y_, self.g)
             out[3 + 3 * m : 3 + 5 * m] = _matvec(self.mem.A, self.g)
             return out, {}
