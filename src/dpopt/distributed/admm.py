@@ -1,0 +1,771 @@
+"""Private distributed ADMM over a network: M-ADMM, penalty and dual-variable perturbation (seed 004).
+
+Zhang, Khalili & Liu, *Improving the Privacy and Accuracy of ADMM-Based Distributed Algorithms*
+(ICML 2018); spec ``distributed-and-private-gradient-methods.md`` §4.
+
+N nodes of a connected :class:`~dpopt.distributed.topology.Topology` each hold a data set
+D_i = {(x_n, y_n)} (B_i rows, ‖x_n‖₂ <= 1, y_n ∈ {±1}) and jointly solve
+
+    min_f  Σ_i (C/B_i) Σ_n log(1 + exp(-y_n fᵀx_n)) + ρ/2 ‖f‖²          (Z(1))
+
+by exchanging only their primal vectors f_i(t) with their neighbours.  Methods (``method=``):
+
+``"admm"``      conventional (simplified) ADMM, Z(8)-(9): penalty η = dual step θ, constant.
+``"m-admm"``    M-ADMM, Z(10)-(11): each node's own penalty η_i(t) ≥ θ (non-decreasing), θ decoupled.
+``"pp"``        penalty perturbation (Algorithm 1): node i minimises
+                O(f) + 2λ_iᵀf + η_i(t+1) Σ_j ‖f + ε_i(t+1) − ½(f_i(t) + f_j(t))‖², ε ∝ exp(−α_i‖ε‖₂).
+``"dvp"``       dual-variable perturbation (Zhang & Zhu 2017): PP with η_i(t) ≡ θ.
+``"primal"``    primal-variable perturbation (Zhang & Zhu 2017), a baseline: the exact M-ADMM minimiser
+                plus ε ∝ exp(−α_i‖ε‖₂) is released (and used by the node itself).
+
+The algorithm is written as per-node steps (:mod:`dpopt.distributed._admm_node`) run by an engine
+(:mod:`dpopt.distributed.engines`): same seed, same result on every engine.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from dpopt._validation import check_array, check_int, check_positive
+from dpopt.accounting import Budget, PrivacySpent
+from dpopt.distributed import _admm_node
+from dpopt.distributed._admm_node import LocalSolveError, ShardSpec, logistic_newton
+from dpopt.distributed.admm_privacy import (
+    LOGISTIC_C1,
+    calibrate_noise_rate,
+    pp_privacy_bound,
+    pp_privacy_bound_geometric,
+    primal_privacy_bound,
+)
+from dpopt.distributed.engines import Engine, EngineError, make_engine
+from dpopt.distributed.schedules import Schedule, as_schedule, geometric
+from dpopt.distributed.topology import Topology, shard_nodes
+from dpopt.exceptions import (
+    BoundsViolationError,
+    BudgetExceededError,
+    InvalidParameterError,
+    PrivacyClaimWarning,
+)
+from dpopt.randomness import RNGLike, SecureRNG, check_rng
+
+__all__ = [
+    "ADMMResult",
+    "LocalSolveError",
+    "Method",
+    "PrivateADMM",
+    "RoundInfo",
+    "Schedule",
+    "calibrate_noise_rate",
+    "centralized_solution",
+    "geometric",
+    "pp_privacy_bound",
+    "pp_privacy_bound_geometric",
+    "primal_privacy_bound",
+]
+
+Array = NDArray[np.float64]
+Method = Literal["admm", "m-admm", "pp", "dvp", "primal"]
+METHODS: tuple[str, ...] = ("admm", "m-admm", "pp", "dvp", "primal")
+_PRIVATE = ("pp", "dvp", "primal")
+
+_NORM_TOL = 1e-9
+
+
+# ----------------------------------------------------------------------------------------------
+# Result
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What a ``callback`` sees after each round (public values only)."""
+
+    round: int
+    models: Array = field(repr=False)
+    privacy_bound: float
+
+
+def _readonly(a: Any) -> Array:
+    arr = np.array(a, dtype=np.float64)
+    arr.setflags(write=False)
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class ADMMResult:
+    """What :meth:`PrivateADMM.run` returns.
+
+    Attributes
+    ----------
+    models : ndarray of shape (N, d)
+        Final models f_i(T), one per node (released; covered by the privacy bound).
+    privacy : PrivacySpent
+        Worst case over nodes: ε = P(T) = max_i P_i(T) (``inf`` for non-private methods or when an
+        assumption of the bound is violated in ``mode="reproduce"``; see ``privacy.notes``).
+    node_privacy : ndarray of shape (N,)
+        P_i(T) for every node (the per-node ledger's total).
+    privacy_history : ndarray of shape (T,)
+        P(t) = max_i P_i(t) after each round t = 1..T (the formula's value).
+    node_privacy_history : ndarray of shape (T, N)
+        P_i(t): the per-node ledger, one row per round.
+    method : str
+    rounds : int
+        Rounds completed.
+    status : {"completed", "stopped"}
+    parameters : mapping
+        Public, data-independent settings (schedules, C, ρ, topology summary, degrees, node sizes,
+        engine).
+    models_history : ndarray of shape (T+1, N, d) or None
+        All released primals f_i(t), t = 0..T (with ``record_models=True``).
+    nonprivate_history : mapping of str to ndarray
+        **Not private** (computed on raw data, not covered by the bound; never publish):
+        ``"loss"`` (T, N) = L_i(t), each node's mean logistic loss of its own model on its own data;
+        ``"mean_loss"`` (T,) = L(t) of the paper; ``"consensus_error"`` (T,) = max_i ‖f_i − f̄‖;
+        ``"local_grad_norm"`` (T, N) and ``"local_rel_grad_norm"`` (T, N) achieved by the Newton solves;
+        ``"newton_iters"`` (T, N).
+    message : str
+    """
+
+    models: Array = field(repr=False)
+    privacy: PrivacySpent
+    node_privacy: Array = field(repr=False)
+    privacy_history: Array = field(repr=False)
+    node_privacy_history: Array = field(repr=False)
+    method: str
+    rounds: int
+    status: str
+    parameters: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    models_history: Array | None = field(default=None, repr=False)
+    nonprivate_history: Mapping[str, Array] = field(default_factory=dict, repr=False)
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("models", "node_privacy", "privacy_history", "node_privacy_history"):
+            object.__setattr__(self, name, _readonly(getattr(self, name)))
+        if self.models_history is not None:
+            object.__setattr__(self, "models_history", _readonly(self.models_history))
+        object.__setattr__(self, "parameters", MappingProxyType(dict(self.parameters)))
+        object.__setattr__(
+            self,
+            "nonprivate_history",
+            MappingProxyType({k: _readonly(v) for k, v in self.nonprivate_history.items()}),
+        )
+
+    @property
+    def average_model(self) -> Array:
+        """Mean of the final models (post-processing of released values: no extra privacy cost)."""
+        return np.asarray(self.models.mean(axis=0))
+
+    @property
+    def worst_node(self) -> int:
+        """Node with the largest privacy loss P_i(T)."""
+        return int(np.argmax(self.node_privacy))
+
+    def __repr__(self) -> str:
+        return (
+            f"ADMMResult(method={self.method!r}, rounds={self.rounds}, status={self.status!r}, "
+            f"nodes={self.models.shape[0]}, privacy={self.privacy})"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Data checks and the centralised reference
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_data(data: Sequence[tuple[Any, Any]], n_nodes: int) -> tuple[list[Array], list[Array], int]:
+    if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], tuple):
+        raise InvalidParameterError("data: expected one (X_i, y_i) pair per node, not a single (X, y)")
+    data = list(data)
+    if len(data) != n_nodes:
+        raise InvalidParameterError(
+            f"data: expected {n_nodes} (X_i, y_i) pairs (one per node), got {len(data)}"
+        )
+    xs, ys = [], []
+    dim = None
+    for i, pair in enumerate(data):
+        if len(pair) != 2:
+            raise InvalidParameterError(f"data[{i}]: expected a pair (X_i, y_i)")
+        x = check_array(pair[0], f"X of node {i}", ndim=2)
+        y = check_array(pair[1], f"y of node {i}", ndim=1)
+        if x.shape[0] == 0:
+            raise InvalidParameterError(f"data: node {i} holds no rows (empty node)")
+        if y.shape[0] != x.shape[0]:
+            raise InvalidParameterError(f"data: node {i} has {x.shape[0]} rows but {y.shape[0]} labels")
+        if dim is None:
+            dim = x.shape[1]
+        elif x.shape[1] != dim:
+            raise InvalidParameterError(
+                f"data: node {i} has {x.shape[1]} features but node 0 has {dim}; all nodes must share one feature space"
+            )
+        if not np.all(np.abs(y) == 1.0):
+            raise InvalidParameterError(f"data: labels of node {i} must be -1 or +1")
+        xs.append(np.ascontiguousarray(x, dtype=np.float64))
+        ys.append(y.astype(np.float64))
+    assert dim is not None
+    return xs, ys, dim
+
+
+def centralized_solution(
+    data: Sequence[tuple[Any, Any]], *, loss_weight: float = 1.0, reg: float = 1e-2, tol: float = 1e-12
+) -> Array:
+    """Non-private minimiser of Z(1): Σ_i (C/B_i) Σ_n log(1 + exp(−y fᵀx)) + ρ/2 ‖f‖² (Newton).
+
+    **Not private**: a reference for tests and experiments only.
+    """
+    data = list(data)
+    xs, ys, _ = _check_data(data, len(data))
+    xy = [y[:, None] * x for x, y in zip(xs, ys, strict=True)]
+    c = check_positive(loss_weight, "loss_weight")
+    f, _ = logistic_newton(xy, [c / x.shape[0] for x in xs], check_positive(reg, "reg"), tol=tol)
+    return f
+
+
+# ----------------------------------------------------------------------------------------------
+# The driver
+# ----------------------------------------------------------------------------------------------
+
+
+class PrivateADMM:
+    """Distributed (private) ADMM for l2-regularised logistic regression over a network.
+
+    Parameters
+    ----------
+    topology : Topology
+        Connected communication graph; node i talks only to ``topology.neighbours(i)``.
+    method : {"admm", "m-admm", "pp", "dvp", "primal"}, default "pp"
+        See the module docstring.
+    penalty : float, array of shape (N,), Schedule or callable, default 0.5
+        η_i(r), r = 1..T (data independent).  ``"admm"`` needs a constant shared η and uses θ = η;
+        ``"dvp"`` uses η ≡ θ (leave ``penalty`` unset).
+    theta : float, array of shape (N,), Schedule or callable, default 0.5
+        Dual step θ (Z(11)); per-node or time-varying θ is allowed (Fig. 1(a)) but is outside the
+        convergence theorems.  Must satisfy θ_i(r) <= η_i(r').  A *node-dependent* θ breaks the
+        conservation of Σ_i λ_i, so the run reaches consensus at a point that is in general not the
+        minimiser of Z(1) (a warning is issued; dpopt's tests show the bias).
+    noise_rate : float, Schedule or None
+        α_i(r) of the noise density ∝ exp(−α‖ε‖₂) (private methods).  ``None`` with ``budget``:
+        calibrated so that the worst-case bound equals ``budget.epsilon`` with
+        α(r) = α(1)·``noise_ratio``^(r−1).
+    n_rounds : int, default 100
+        T (fixed in advance).
+    loss_weight : float, default 1.0
+        C; must satisfy C <= B_i for every node.
+    reg : float, default 1e-2
+        ρ (R(f) = ½‖f‖², split as ρ/N per node).
+    budget : Budget, optional
+        Privacy budget (pure ε; replace-one neighbours).  The run refuses (before drawing noise) when
+        the bound P(T) would exceed it.
+    noise_ratio : float, default 1.0
+        q₂ for calibration from ``budget``.
+    init : {"zeros", "normal"} or array of shape (N, d), default "zeros"
+        f_i(0), independent of the data (``"normal"``: N(0, init_scale²·I), keyed per node).  A given
+        array must not depend on the private data.
+    local_tol : float, default 1e-10
+        Relative gradient-norm tolerance of the Newton local solves (see
+        :func:`~dpopt.distributed._admm_node.solve_local`).
+    local_max_iter : int, default 50
+        Newton iterations before :class:`LocalSolveError`.
+    mode : {"strict", "reproduce"}, default "strict"
+        ``"strict"`` raises when an assumption of the privacy bound fails; ``"reproduce"`` warns
+        (:class:`~dpopt.exceptions.PrivacyClaimWarning`), runs, and reports ε = inf.
+
+    Examples
+    --------
+    >>> from dpopt.accounting import Budget
+    >>> from dpopt.datasets import make_logistic
+    >>> from dpopt.distributed.admm import PrivateADMM, geometric
+    >>> from dpopt.distributed.topology import ring, split_rows
+    >>> ds = make_logistic(2000, 10, rng=0)
+    >>> parts = split_rows(2000, 5, rng=0)
+    >>> data = [(ds.X[p], ds.y[p]) for p in parts]
+    >>> admm = PrivateADMM(ring(5), method="pp", penalty=geometric(0.5, 1.1), theta=0.5,
+    ...                    budget=Budget(1.0), noise_ratio=1.05, n_rounds=50)
+    >>> result = admm.run(data, rng=0)                       # or engine="processes" / "ray"
+    >>> round(result.privacy.epsilon, 6)                      # worst case over nodes, P(T)
+    1.0
+    >>> result.models.shape, result.node_privacy.shape
+    ((5, 10), (5,))
+
+    Notes
+    -----
+    **Privacy** (methods ``"pp"``, ``"dvp"``, ``"primal"``).
+
+    *Guarantee*: pure ε-DP with ε = P(T) = max_i P_i(T) under replace-one neighbours (one record of
+    one node changes; node sizes B_i public).  For PP/DVP, P_i(t) = Σ_{r<=t} C(1.4c₁ + α_i(r)) /
+    (η_i(r) V_i B_i) (Thm 4.1, Z(26)); for ``"primal"``, P_i(t) = Σ_{r<=t} α_i(r)·2C/(B_i(ρ/N + 2η_i(r)V_i))
+    (output perturbation of a strongly convex solve, basic composition).  The ledger is computed for
+    every round and reported per node and as the worst case.
+
+    *What it covers* (spec §7.2 A1): the joint release of **all broadcast primals** {f_i(t)}, i ∈ 𝒩,
+    t = 0..T, to anyone (the dual variables are functions of them and θ).  Not covered: the
+    ``nonprivate_history`` diagnostics (losses, gradient norms), re-runs or hyper-parameter searches
+    on the same data, data-adaptive penalties, data-dependent preprocessing (e.g. column maxima).
+
+    *Assumptions* (A5), checked at run time: ‖x‖₂ <= 1 for every row; y ∈ {±1}; the logistic loss
+    (|𝓛'| <= 1, 0 < 𝓛'' <= c₁ = 1/4); R = ½‖f‖² (1-strongly convex); θ_i(r) <= η_i(r) and the
+    θ-condition 2c₁ < (B_i/C)(ρ/N + 2θ_min V_i) for every i; C <= B_i; f_i(0) data independent;
+    penalties, θ and noise rates fixed before the run (``"primal"`` needs only the row-norm and label
+    assumptions, the loss-derivative bound and exact solves).  Exactness (A3): the bound assumes exact local
+    minimisers; every local solve is run to ``local_tol`` (relative) and the achieved gradient norms
+    are reported in ``nonprivate_history``; a solve that misses the tolerance stops the run.
+
+    *Private η is not part of the guarantee* (A2): the bound holds even if the penalties are public;
+    the paper's argument that secret penalties make inference impossible is informal and dpopt
+    does not rely on it.
+
+    *Calibration*: ``"paper"`` — the bound of Thm 4.1 as stated (dpopt has found no error in it
+    under the assumptions above).  Randomness: noise draws are keyed by (run seed, node, round), so
+    a replayed round (recovery after a worker failure) releases the same values and spends nothing
+    extra.  With ``rng="secure"`` the run key is drawn from the OS CSPRNG and never stored.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        method: Method = "pp",
+        penalty: Any = None,
+        theta: Any = 0.5,
+        noise_rate: Any = None,
+        n_rounds: int = 100,
+        loss_weight: float = 1.0,
+        reg: float = 1e-2,
+        budget: Budget | None = None,
+        noise_ratio: float = 1.0,
+        init: str | ArrayLike = "zeros",
+        init_scale: float = 0.1,
+        local_tol: float = 1e-10,
+        local_max_iter: int = 50,
+        mode: Literal["strict", "reproduce"] = "strict",
+    ) -> None:
+        if not isinstance(topology, Topology):
+            raise InvalidParameterError("topology: expected a dpopt.distributed.topology.Topology")
+        if method not in METHODS:
+            raise InvalidParameterError(f"method: must be one of {METHODS}")
+        if mode not in ("strict", "reproduce"):
+            raise InvalidParameterError("mode: must be 'strict' or 'reproduce'")
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
+        if budget is not None and budget.delta != 0:
+            raise InvalidParameterError("budget: the ADMM bounds are pure ε-DP; use delta=0")
+        self.topology = topology
+        self.method = method
+        self.n_rounds = check_int(n_rounds, "n_rounds")
+        self.loss_weight = check_positive(loss_weight, "loss_weight")
+        self.reg = check_positive(reg, "reg")
+        self.budget = budget
+        self.noise_ratio = check_positive(noise_ratio, "noise_ratio")
+        self.mode = mode
+        self.local_tol = check_positive(local_tol, "local_tol")
+        self.local_max_iter = check_int(local_max_iter, "local_max_iter")
+        self.init_scale = check_positive(init_scale, "init_scale")
+        if isinstance(init, str):
+            if init not in ("zeros", "normal"):
+                raise InvalidParameterError("init: must be 'zeros', 'normal' or an (N, d) array")
+            self.init: str | Array = init
+        else:
+            self.init = check_array(init, "init", ndim=2)
+        self.theta = as_schedule(theta, "theta")
+        self.penalty = as_schedule(0.5 if penalty is None else penalty, "penalty")
+        if method in ("admm", "m-admm") and noise_rate is not None:
+            raise InvalidParameterError(
+                f"noise_rate: method {method!r} adds no noise; use 'pp', 'dvp' or 'primal'"
+            )
+        if method in _PRIVATE and noise_rate is None and budget is None:
+            raise InvalidParameterError(f"method {method!r}: give noise_rate or a budget to calibrate it")
+        self.noise_rate = None if noise_rate is None else as_schedule(noise_rate, "noise_rate")
+        # tables (T, N)
+        n, t_ = topology.n_nodes, self.n_rounds
+        self._theta = self.theta.table(t_, n, "theta")
+        if method == "dvp":
+            if penalty is not None:
+                raise InvalidParameterError("penalty: 'dvp' uses η ≡ θ; leave penalty unset (or use 'pp')")
+            self._penalty = self._theta.copy()
+        elif method == "admm":
+            self._penalty = self.penalty.table(t_, n, "penalty")
+            if not np.all(self._penalty == self._penalty[0, 0]):
+                raise InvalidParameterError(
+                    "penalty: conventional ADMM needs one constant penalty; use 'm-admm'"
+                )
+            self._theta = self._penalty.copy()
+        else:
+            self._penalty = self.penalty.table(t_, n, "penalty")
+
+    # -- public helpers -------------------------------------------------------------------------
+
+    def penalty_table(self) -> Array:
+        """η_i(r) as a (T, N) table."""
+        return self._penalty.copy()
+
+    def theta_table(self) -> Array:
+        """θ_i(r) as a (T, N) table."""
+        return self._theta.copy()
+
+    def privacy_bound(self, sizes: ArrayLike) -> Array:
+        """The (T, N) per-node ledger P_i(t) for node sizes B_i (public), before any data is touched."""
+        b = np.asarray(sizes, dtype=float)
+        if self.method not in _PRIVATE:
+            return np.full((self.n_rounds, self.topology.n_nodes), math.inf)
+        alpha = self._alpha_table(b)
+        deg = self.topology.degrees
+        if self.method in ("pp", "dvp"):
+            return pp_privacy_bound(self._penalty, alpha, deg, b, self.loss_weight)
+        return primal_privacy_bound(
+            self._penalty, alpha, deg, b, self.loss_weight, self.reg / self.topology.n_nodes
+        )
+
+    def _alpha_table(self, sizes: Array) -> Array:
+        n, t_ = self.topology.n_nodes, self.n_rounds
+        if self.noise_rate is not None:
+            return self.noise_rate.table(t_, n, "noise_rate")
+        assert self.budget is not None
+        a1 = calibrate_noise_rate(
+            self.budget,
+            penalty=self._penalty,
+            degrees=self.topology.degrees,
+            sizes=sizes,
+            ratio=self.noise_ratio,
+            loss_weight=self.loss_weight,
+            method=self.method,  # type: ignore[arg-type]
+            reg_per_node=self.reg / n,
+        )
+        return np.full((t_, n), a1) * self.noise_ratio ** np.arange(t_)[:, None]
+
+    # -- checks ---------------------------------------------------------------------------------
+
+    def _assumption_failures(self, xs: Sequence[Array], sizes: Array) -> list[str]:
+        fails = []
+        deg = self.topology.degrees.astype(float)
+        c = self.loss_weight
+        norms = max(float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) for x in xs)
+        if norms > 1.0 + _NORM_TOL:
+            fails.append("a feature row has l2 norm > 1 (the bound needs ‖x‖₂ <= 1; normalise rows)")
+        if self.method == "primal":
+            return fails  # output perturbation needs only the norm bound (and exact solves)
+        if np.any(c > sizes):
+            fails.append(
+                f"loss_weight C={c:g} exceeds the smallest node size {int(sizes.min())} (needs C <= B_i)"
+            )
+        if np.any(self._theta.max(axis=0) > self._penalty.min(axis=0)):
+            fails.append("θ_i(r) > η_i(r) for some node and round (needs θ <= η_i(t))")
+        theta_min = self._theta.min(axis=0)
+        lhs = (sizes / c) * (self.reg / self.topology.n_nodes + 2.0 * theta_min * deg)
+        if np.any(2 * LOGISTIC_C1 >= lhs):
+            fails.append("θ-condition 2c₁ < (B_i/C)(ρ/N + 2θV_i) fails for some node")
+        return fails
+
+    # -- run ------------------------------------------------------------------------------------
+
+    def run(
+        self,
+        data: Sequence[tuple[Any, Any]],
+        *,
+        rng: RNGLike,
+        engine: str | Engine = "inprocess",
+        n_shards: int | None = None,
+        record_models: bool = False,
+        checkpoint_every: int = 10,
+        max_recoveries: int = 3,
+        callback: Callable[[RoundInfo], Any] | None = None,
+    ) -> ADMMResult:
+        """Run T rounds on per-node data ``data[i] = (X_i, y_i)``.
+
+        Parameters
+        ----------
+        data : sequence of (X_i, y_i)
+            One pair per node: X_i of shape (B_i, d), labels in {−1, +1}.
+        rng : int, Generator, "secure" or None
+            Run key for initialisation and noise (every draw keyed by node, round and purpose).
+        engine : {"inprocess", "processes", "ray"} or Engine
+            Where shards run.  An engine given by name is created and closed by this call; an Engine
+            instance is left open.
+        n_shards : int, optional
+            Number of shards (contiguous node groups); default: the engine's worker count.
+        record_models : bool, default False
+            Keep every released f_i(t) in ``models_history``.
+        checkpoint_every : int, default 10
+            Rounds between per-shard checkpoints; after a worker failure the run restarts the
+            workers from the last checkpoint and replays (bit-identically), at most
+            ``max_recoveries`` times, else re-raises :class:`~dpopt.distributed.engines.EngineError`.
+        callback : callable, optional
+            ``callback(RoundInfo)`` after each round; raising ``StopIteration`` stops the run.
+
+        Returns
+        -------
+        ADMMResult
+
+        Notes
+        -----
+        **Privacy**: see the class docstring (pure ε-DP, replace-one, P(T) worst case over nodes,
+        ``"paper"`` bound of Thm 4.1; covers all broadcast primals).
+        """
+        topo = self.topology
+        n = topo.n_nodes
+        xs, ys, dim = _check_data(data, n)
+        sizes = np.array([x.shape[0] for x in xs], dtype=float)
+        private = self.method in _PRIVATE
+        notes: list[str] = []
+        claim_holds = True
+        if private:
+            fails = self._assumption_failures(xs, sizes)
+            if fails:
+                msg = "assumptions of the privacy bound fail: " + "; ".join(fails)
+                if self.mode == "strict":
+                    err = BoundsViolationError if any("norm" in f for f in fails) else InvalidParameterError
+                    raise err(msg + " (mode='reproduce' runs anyway and reports ε = inf)")
+                warnings.warn(msg + "; the reported ε is inf", PrivacyClaimWarning, stacklevel=2)
+                notes.append(msg)
+                claim_holds = False
+        elif np.any(self._theta > self._penalty):
+            warnings.warn(
+                "θ_i(r) > η_i(r) for some node and round: outside M-ADMM's convergence theorem",
+                UserWarning,
+                stacklevel=2,
+            )
+        if np.any(self._theta != self._theta[:, :1]):
+            warnings.warn(
+                "node-dependent θ: Σ_i λ_i(t) is no longer conserved, so M-ADMM converges to a consensual "
+                "point that is in general NOT the minimiser of Z(1) (use one θ shared by all nodes)",
+                UserWarning,
+                stacklevel=2,
+            )
+            notes.append("node-dependent θ: the consensual limit is biased (Σλ_i ≠ 0)")
+        dominance = float(
+            (2.0 * self._penalty * topo.degrees[None, :]).max() / (self.loss_weight * LOGISTIC_C1)
+        )
+        if dominance > 1e8:
+            notes.append(
+                f"penalty 2ηV exceeds the data curvature bound C·c₁ by {dominance:.1e} (> 1e8): the local "
+                "solves barely see the data and progress stalls (spec N12)"
+            )
+        if np.any(np.diff(self._penalty, axis=0) < 0):
+            notes.append("η_i(t) decreases somewhere: outside the convergence theorem (Thm 3.1)")
+        ledger = self.privacy_bound(sizes)
+        alpha = self._alpha_table(sizes) if private else None
+        if private and self.budget is not None and claim_holds:
+            worst = float(ledger[-1].max())
+            if worst > self.budget.epsilon * (1 + 1e-9):
+                raise BudgetExceededError(
+                    f"the privacy bound P(T)={worst:.4g} exceeds the budget ε={self.budget.epsilon:g}; "
+                    "add noise (smaller noise_rate), raise penalties, or run fewer rounds"
+                )
+        if isinstance(self.init, np.ndarray) and self.init.shape != (n, dim):
+            raise InvalidParameterError(f"init: expected shape ({n}, {dim})")
+        # run key
+        g = check_rng(rng)
+        if isinstance(g, SecureRNG):
+            key = (secrets.randbits(63), secrets.randbits(63))
+        else:
+            k2 = g.integers(0, 2**63 - 1, size=2)
+            key = (int(k2[0]), int(k2[1]))
+        # engine and shards
+        eng = make_engine(engine)
+        own_engine = not isinstance(engine, Engine)
+        shards_wanted = n_shards if n_shards is not None else getattr(eng, "default_shards", 1)
+        groups = shard_nodes(n, check_int(shards_wanted, "n_shards"))
+        perturbation = {"pp": "penalty", "dvp": "penalty", "primal": "primal"}.get(self.method, "none")
+        specs, sources = self._build_specs(groups, xs, ys, alpha, perturbation, key, dim)
+        t_ = self.n_rounds
+        models_hist = np.zeros((t_ + 1, n, dim)) if record_models else None
+        hist = {
+            k: np.zeros((t_, n)) for k in ("loss", "local_grad_norm", "local_rel_grad_norm", "newton_iters")
+        }
+        consensus = np.zeros(t_)
+        models = np.zeros((n, dim))
+        status = "completed"
+        recoveries = 0
+        try:
+            eng.start(_admm_node.make_shard, specs, sources)
+            if models_hist is not None:
+                for grp, st in zip(groups, eng.call("snapshot"), strict=True):
+                    models_hist[0, grp] = st["F"]
+            checkpoint = (0, eng.call("snapshot"))
+            t = 0
+            while t < t_:
+                try:
+                    diags = eng.step(t)
+                except EngineError as err:
+                    if not err.crashed or recoveries >= max_recoveries:
+                        raise
+                    recoveries += 1
+                    notes.append(
+                        f"worker failure ({err}); recovered from the checkpoint of round {checkpoint[0]} "
+                        "and replayed deterministically (same noise, no extra privacy cost)"
+                    )
+                    eng.restart(checkpoint[1])
+                    t = checkpoint[0]
+                    continue
+                for grp, dg in zip(groups, diags, strict=True):
+                    models[grp] = dg["models"]
+                    hist["loss"][t, grp] = dg["loss"]
+                    hist["local_grad_norm"][t, grp] = dg["grad_norm"]
+                    hist["local_rel_grad_norm"][t, grp] = dg["rel_grad_norm"]
+                    hist["newton_iters"][t, grp] = dg["newton_iters"]
+                consensus[t] = float(np.linalg.norm(models - models.mean(axis=0), axis=1).max())
+                if models_hist is not None:
+                    models_hist[t + 1] = models
+                t += 1
+                if checkpoint_every and t % checkpoint_every == 0 and t < t_:
+                    checkpoint = (t, eng.call("snapshot"))
+                if callback is not None:
+                    try:
+                        callback(RoundInfo(t, models.copy(), float(ledger[t - 1].max())))
+                    except StopIteration:
+                        status = "stopped"
+                        break
+        finally:
+            if own_engine:
+                eng.close()
+        done = t
+        ledger_done = ledger[:done]
+        node_priv = ledger_done[-1] if done else np.zeros(n)
+        if private:
+            notes.append(
+                "bound of Thm 4.1 (Zhang, Khalili & Liu 2018)"
+                if self.method != "primal"
+                else "output perturbation of each local solve, basic composition over rounds"
+            )
+            notes.append(
+                "covers all broadcast primals f_i(t); diagnostics (losses, gradient norms) are not private"
+            )
+            eps = float(node_priv.max()) if claim_holds else math.inf
+        else:
+            notes.append("no noise was added: the output is not private")
+            eps = math.inf
+        spent = PrivacySpent(
+            epsilon=eps,
+            delta=0.0,
+            neighbouring="replace_one",
+            accountant="paper" if private else "none",
+            n_events=done * n,
+            notes=tuple(notes),
+        )
+        params: dict[str, Any] = {
+            "method": self.method,
+            "n_rounds": t_,
+            "loss_weight": self.loss_weight,
+            "reg": self.reg,
+            "penalty": self.penalty.describe() if self.method != "dvp" else "η ≡ θ",
+            "theta": self.theta.describe(),
+            "noise_rate": (self.noise_rate.describe() if self.noise_rate is not None else "calibrated")
+            if private
+            else None,
+            "noise_rate_initial": float(alpha[0].min()) if alpha is not None else None,
+            "c1": LOGISTIC_C1,
+            "local_tol": self.local_tol,
+            "mode": self.mode,
+            "degrees": topo.degrees.tolist(),
+            "node_sizes": sizes.astype(int).tolist(),
+            "engine": eng.name,
+            "n_shards": len(groups),
+            "recoveries": recoveries,
+            **topo.summary(),
+        }
+        mean_loss = hist["loss"][:done].mean(axis=1)
+        nonpriv = {k: v[:done] for k, v in hist.items()}
+        nonpriv["mean_loss"] = mean_loss
+        nonpriv["consensus_error"] = consensus[:done]
+        msg = f"{self.method}: {done} of {t_} rounds on {n} nodes"
+        if private:
+            msg += f"; privacy bound P(T) = {eps:.4g}"
+        return ADMMResult(
+            models=models,
+            privacy=spent,
+            node_privacy=node_priv,
+            privacy_history=ledger_done.max(axis=1) if done else np.zeros(0),
+            node_privacy_history=ledger_done,
+            method=self.method,
+            rounds=done,
+            status=status,
+            parameters=params,
+            models_history=None if models_hist is None else models_hist[: done + 1],
+            nonprivate_history=nonpriv,
+            message=msg,
+        )
+
+    def _build_specs(
+        self,
+        groups: list[NDArray[np.int64]],
+        xs: list[Array],
+        ys: list[Array],
+        alpha: Array | None,
+        perturbation: str,
+        key: tuple[int, int],
+        dim: int,
+    ) -> tuple[list[ShardSpec], list[tuple[int, ...]]]:
+        topo = self.topology
+        n = topo.n_nodes
+        owner = np.empty(n, dtype=np.int64)
+        for s, grp in enumerate(groups):
+            owner[grp] = s
+        # boundary nodes of each shard (published), in increasing id order
+        boundary = []
+        for s, grp in enumerate(groups):
+            b = [int(i) for i in grp if np.any(owner[topo.neighbours(int(i))] != s)]
+            boundary.append(np.array(b, dtype=np.int64))
+        pos_in_boundary = [{node: r for r, node in enumerate(b.tolist())} for b in boundary]
+        specs, sources = [], []
+        deg = topo.degrees.astype(float)
+        for s, grp in enumerate(groups):
+            local = {int(node): k for k, node in enumerate(grp.tolist())}
+            halo_nodes = sorted({int(j) for i in grp for j in topo.neighbours(int(i)) if owner[j] != s})
+            src = sorted({int(owner[j]) for j in halo_nodes})
+            halo_pos: dict[int, int] = {}
+            halo_from = []
+            offset = len(grp)
+            for p, src_shard in enumerate(src):
+                nodes_here = [j for j in halo_nodes if owner[j] == src_shard]
+                rows = np.array([pos_in_boundary[src_shard][j] for j in nodes_here], dtype=np.int64)
+                halo_from.append((p, rows))
+                for j in nodes_here:
+                    halo_pos[j] = offset
+                    offset += 1
+            nbr_index: list[int] = []
+            nbr_ptr: list[int] = []
+            for i in grp.tolist():
+                nbr_ptr.append(len(nbr_index))
+                for j in topo.neighbours(int(i)).tolist():
+                    nbr_index.append(local[j] if j in local else halo_pos[j])
+            init_models = None
+            init_kind = self.init if isinstance(self.init, str) else "given"
+            if not isinstance(self.init, str):
+                init_models = np.asarray(self.init)[grp]
+            specs.append(
+                ShardSpec(
+                    nodes=grp,
+                    xy=tuple(np.ascontiguousarray(ys[i][:, None] * xs[i]) for i in grp.tolist()),
+                    degrees=deg[grp],
+                    nbr_index=np.array(nbr_index, dtype=np.int64),
+                    nbr_ptr=np.array(nbr_ptr, dtype=np.int64),
+                    halo_from=tuple(halo_from),
+                    boundary=np.array([local[int(i)] for i in boundary[s].tolist()], dtype=np.int64),
+                    penalty=np.ascontiguousarray(self._penalty[:, grp]),
+                    theta=np.ascontiguousarray(self._theta[:, grp]),
+                    noise_rate=None if alpha is None else np.ascontiguousarray(alpha[:, grp]),
+                    perturbation=perturbation,
+                    loss_weight=self.loss_weight,
+                    reg_per_node=self.reg / n,
+                    key=key,
+                    init=init_kind,
+                    init_scale=self.init_scale,
+                    init_models=init_models,
+                    tol=self.local_tol,
+                    max_iter=self.local_max_iter,
+                    dim=dim,
+                )
+            )
+            sources.append(tuple(src))
+        return specs, sources
+
+    def __repr__(self) -> str:
+        return f"PrivateADMM(method={self.method!r}, topology={self.topology.name}, n_rounds={self.n_rounds})"

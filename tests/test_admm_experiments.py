@@ -1,0 +1,42 @@
+"""The seed-004 reproductions (admm-fig1 … admm-fig4) run end to end at a tiny size."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from dpopt.experiments import admm as admm_exp
+from dpopt.experiments import registry
+
+
+def test_registered_with_quick_and_paper_configs() -> None:
+    for name in ("admm-fig1", "admm-fig2", "admm-fig3", "admm-fig4"):
+        exp = registry.get(name)
+        assert exp.config("quick") is not None and exp.config("paper") is not None
+    assert "admm-fig2" in registry.TOUR
+
+
+def test_fig1_and_fig4_tiny(tmp_path: Path) -> None:
+    tiny = admm_exp.SplitConfig(rows_per_node=60)
+    cfg1 = admm_exp.Fig1Config(setup=tiny, n_rounds=4, q1_values=(1.0, 1.1))
+    recs = list(admm_exp.run_fig1(cfg1, np.random.default_rng(0)))
+    assert {r["panel"] for r in recs} == {"a", "b"}
+    assert all(np.isinf(r["privacy_bound"]) for r in recs)
+    plot1 = registry.get("admm-fig1").plot
+    assert plot1 is not None and plot1(recs, tmp_path)[0].exists()
+
+    uneven = admm_exp.SplitConfig(n_nodes=8, edge_prob=0.5, rows_per_node=40, split="dirichlet", min_rows=15)
+    cfg = dataclasses.replace(registry.get("admm-fig4").config("quick"), setup=uneven, n_rounds=3)
+    recs = list(admm_exp.run_pp(cfg, np.random.default_rng(0)))
+    last = [r for r in recs if r["round"] == 3]
+    pp = [r["privacy_bound"] for r in last if r["method"] == "PP"]
+    dvp = [r["privacy_bound"] for r in last if r["method"] == "DVP"]
+    assert max(pp) < min(dvp)  # increasing penalties lower the bound
+    exp4 = registry.get("admm-fig4")
+    assert exp4.plot is not None and exp4.tables is not None
+    paths = exp4.plot(recs, tmp_path)
+    assert all(p.exists() and p.stat().st_size > 1000 for p in paths)
+    ((_title, rows),) = exp4.tables(recs)
+    assert len(rows) == 4 and all(r["T"] == 3 for r in rows)

@@ -1,0 +1,106 @@
+"""Topologies, shards and data splits (dpopt.distributed.topology)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpopt.distributed.topology import (
+    Topology,
+    complete,
+    erdos_renyi,
+    from_edges,
+    grid,
+    random_geometric,
+    ring,
+    ring_with_chords,
+    shard_nodes,
+    split_rows,
+    star,
+)
+from dpopt.exceptions import InvalidParameterError
+
+
+def test_basic_graphs_degrees_and_edges() -> None:
+    assert ring(5).degrees.tolist() == [2] * 5 and ring(5).n_edges == 5
+    assert ring(2).n_edges == 1
+    assert complete(5).degrees.tolist() == [4] * 5 and complete(5).n_edges == 10
+    assert star(4).degrees.tolist() == [3, 1, 1, 1]
+    g = grid(2, 3)
+    assert g.n_nodes == 6 and g.n_edges == 7
+    assert g.degrees.tolist() == [2, 3, 2, 2, 3, 2]
+    assert ring(5).neighbours(0).tolist() == [1, 4]
+
+
+def test_algebraic_connectivity_of_ring_matches_closed_form() -> None:
+    n = 7
+    assert ring(n).algebraic_connectivity() == pytest.approx(2 - 2 * math.cos(2 * math.pi / n))
+    assert complete(4).algebraic_connectivity() == pytest.approx(4.0)
+
+
+def test_random_graphs_are_connected_and_seeded() -> None:
+    a = erdos_renyi(30, 0.1, rng=3)
+    b = erdos_renyi(30, 0.1, rng=3)
+    assert np.array_equal(a.edges, b.edges)
+    assert a.algebraic_connectivity() > 0
+    g = random_geometric(20, 0.4, rng=1)
+    assert g.algebraic_connectivity() > 0
+    assert "erdos_renyi" in a.summary()["topology"]
+    rc = ring_with_chords(10, 5, rng=0)
+    assert rc.n_edges == 15 and rc.degrees.min() >= 2
+    assert np.array_equal(rc.edges, ring_with_chords(10, 5, rng=0).edges)
+    with pytest.raises(InvalidParameterError, match="chords"):
+        ring_with_chords(4, 3, rng=0)
+
+
+def test_from_edges_validation() -> None:
+    t = from_edges(3, [(0, 1), (2, 1)])
+    assert t.edges.tolist() == [[0, 1], [1, 2]]
+    with pytest.raises(InvalidParameterError, match="disconnected"):
+        from_edges(4, [(0, 1), (2, 3)])
+    with pytest.raises(InvalidParameterError, match="no neighbour"):
+        from_edges(3, [(0, 1)])
+    with pytest.raises(InvalidParameterError, match="self-loops"):
+        from_edges(2, [(0, 0), (0, 1)])
+    with pytest.raises(InvalidParameterError, match="more than once"):
+        from_edges(2, [(0, 1), (1, 0)])
+    with pytest.raises(InvalidParameterError, match="node ids"):
+        from_edges(2, [(0, 2)])
+    with pytest.raises(InvalidParameterError):
+        ring(1)
+    with pytest.raises(InvalidParameterError, match="no connected graph"):
+        erdos_renyi(20, 0.01, rng=0, max_tries=3)
+
+
+def test_topology_is_frozen() -> None:
+    t = ring(4)
+    with pytest.raises(ValueError):
+        t.edges[0, 0] = 3
+    assert isinstance(t, Topology)
+
+
+def test_shard_nodes() -> None:
+    shards = shard_nodes(10, 3)
+    assert [s.tolist() for s in shards] == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
+    assert len(shard_nodes(2, 5)) == 2
+
+
+@pytest.mark.parametrize("how", ["even", "dirichlet", "power_law"])
+def test_split_rows_cover_disjoint_deterministic(how: str) -> None:
+    parts = split_rows(1000, 7, how=how, rng=4, min_size=20)
+    again = split_rows(1000, 7, how=how, rng=4, min_size=20)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+    allidx = np.concatenate(parts)
+    assert np.array_equal(np.sort(allidx), np.arange(1000))
+    assert min(p.size for p in parts) >= 20
+    if how == "even":
+        assert {p.size for p in parts} <= {142, 143}
+
+
+def test_split_rows_errors() -> None:
+    with pytest.raises(InvalidParameterError, match="empty node"):
+        split_rows(5, 10, rng=0)
+    with pytest.raises(InvalidParameterError, match="how"):
+        split_rows(100, 2, how="bogus", rng=0)  # type: ignore[arg-type]
