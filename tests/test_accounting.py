@@ -289,3 +289,16 @@ def test_make_accountant_aliases_and_errors() -> None:
         make_accountant("moments")
     with pytest.raises(InvalidParameterError):
         make_accountant("pld", neighbouring="swap")  # type: ignore[arg-type]
+
+
+def test_pld_pure_dp_query_is_not_underestimated() -> None:
+    # mixed composition of a full Laplace step and subsampled steps: at δ = 0 the truncated PLD
+    # would report too little; the exact pure-DP figure is the sum of the (amplified) epsilons.
+    acct = make_accountant("pld", neighbouring="replace_one")
+    acct.compose(LaplaceEvent(2.0))
+    acct.compose(SampledWithoutReplacementEvent(LaplaceEvent(2.0), 1, 10_000), 999)
+    expected = 0.5 + 999 * math.log1p(1e-4 * math.expm1(0.5))
+    assert acct.epsilon(0.0) == pytest.approx(expected, rel=1e-12)
+    gauss = make_accountant("pld")
+    gauss.compose(GaussianEvent(3.0))
+    assert math.isinf(gauss.epsilon(0.0))

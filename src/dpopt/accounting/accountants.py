@@ -567,6 +567,10 @@ class PldAccountant(Accountant):
             return 0.0
         if isinstance(pld, str):
             return math.inf
+        if delta == 0:
+            # The discretised PLD truncates tail mass, so its δ = 0 answer can be too low; pure
+            # ε-DP composes exactly by summation.
+            return math.inf if pure is None else pure
         eps = max(0.0, float(pld.get_epsilon_for_delta(delta)))
         return min(eps, pure) if pure is not None else eps
 
