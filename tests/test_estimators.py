@@ -96,3 +96,60 @@ def test_estimator_same_seed_same_model_and_noise_off():
     np.testing.assert_allclose(exact.coef_, [0.5, -0.5, 0.0, 0.0], atol=2e-3)
     lin = DPLinearRegression(feature_norm=1.0, label_bound=1.0, epsilon=math.inf, rng=0).fit(X, y)
     assert lin.score(X, y) > 0.99
+
+
+def _breast_cancer_accuracy(eps: float, seeds: int) -> tuple[float, list[Any]]:
+    from sklearn.model_selection import train_test_split
+
+    X, y = _breast_cancer_standardized()
+    accs, ests = [], []
+    for seed in range(seeds):
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, random_state=seed)
+        est = DPLogisticRegression(epsilon=eps, delta=1e-5, feature_norm=1.0, rng=seed).fit(Xtr, ytr)
+        assert est.privacy_spent_.epsilon <= eps * (1 + 1e-9)
+        assert est.privacy_spent_.true_epsilon <= eps * (1 + 1e-9)
+        accs.append(est.score(Xte, yte))
+        ests.append(est)
+    return float(np.mean(accs)), ests
+
+
+@pytest.mark.parametrize(
+    "eps, floor, solver",
+    [
+        # issue 4's diffprivlib figures are 0.63 (ε = 0.1, about the majority-class rate) and 0.80
+        # (ε = 1).  Measured with these fixed seeds: 0.665 and 0.822 (s.e. over splits about 0.011).
+        (0.1, 0.645, "output_perturbation"),
+        (1.0, 0.81, "objective_perturbation"),
+    ],
+)
+def test_breast_cancer_accuracy_regression_beats_issue_figures(eps, floor, solver):
+    mean, ests = _breast_cancer_accuracy(eps, 50)
+    assert all(e.solver_ == solver for e in ests)
+    assert mean > floor
+
+
+def test_auto_solver_and_defaults_depend_only_on_public_quantities():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(400, 3)) / 2
+    y = (X[:, 0] > 0).astype(int)
+    small = DPLogisticRegression(epsilon=0.2, feature_norm=1.0, rng=0).fit(X, y)  # ε·n = 80 < 100
+    assert small.solver_ == "output_perturbation"
+    B2 = 1.0 + 0.25**2  # feature_norm² + intercept_scaling² (0.25 on this path)
+    assert small.l2_penalty_ == pytest.approx(10.0 * B2)
+    assert small.result_.parameters["l2_penalty"] == pytest.approx(10.0 * B2)
+    assert small.privacy_spent_.true_epsilon <= 0.2 * (1 + 1e-9)
+    # the switch reads n and ε only: permuting or changing the labels does not move it
+    other = DPLogisticRegression(epsilon=0.2, feature_norm=1.0, rng=0).fit(X[::-1], 1 - y[::-1])
+    assert other.solver_ == small.solver_ and other.l2_penalty_ == small.l2_penalty_
+    large = DPLogisticRegression(epsilon=0.3, feature_norm=1.0, rng=0).fit(X, y)  # ε·n = 120
+    assert large.solver_ == "objective_perturbation" and large.l2_penalty_ == 0.0
+    paper = DPLogisticRegression(epsilon=0.2, feature_norm=1.0, calibration="kst", rng=0)
+    with pytest.warns(Warning):
+        paper.fit(X, y)
+    assert paper.solver_ == "objective_perturbation"
+    explicit = DPLogisticRegression(
+        epsilon=0.2, feature_norm=1.0, solver="output_perturbation", l2_penalty=2.0, rng=0
+    ).fit(X, y)
+    assert explicit.l2_penalty_ == 2.0
+    with pytest.raises(Exception, match="l2_penalty"):
+        DPLogisticRegression(epsilon=0.2, feature_norm=1.0, l2_penalty=0.0, rng=0).fit(X, y)

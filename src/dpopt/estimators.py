@@ -31,6 +31,15 @@ from dpopt.solvers import OptimizeResult, minimize
 
 __all__ = ["DPLasso", "DPLinearRegression", "DPLogisticRegression"]
 
+#: ``DPLogisticRegression(solver="auto")`` uses output perturbation when ε·n is below this (n, the
+#: number of rows, is public under replace-one neighbours) and objective perturbation otherwise.
+AUTO_OUTPUT_PERTURBATION_EPSILON_N = 100.0
+#: Default ridge of the output-perturbation path, in units of B² (B: declared l2 bound of the
+#: intercept-augmented rows): strong enough that the public solution radius is small and the
+#: logistic loss's Lipschitz constant on it is close to B/2 (see
+#: :func:`dpopt.solvers.output_perturbation.solution_radius`).
+OUTPUT_PERTURBATION_PENALTY = 10.0
+
 
 class _DPLinearModel(BaseEstimator):
     """Shared fitting logic: augment an intercept column, build the ERM problem, call ``minimize``."""
@@ -53,7 +62,7 @@ class _DPLinearModel(BaseEstimator):
         b = check_positive(self.feature_norm, "feature_norm")
         if self.norm not in ("l2", "linf"):
             raise InvalidParameterError("norm: must be 'l2' or 'linf'")
-        s = check_positive(self.intercept_scaling, "intercept_scaling") if self.fit_intercept else 0.0
+        s = check_positive(self._intercept_scaling(), "intercept_scaling") if self.fit_intercept else 0.0
         if self.fit_intercept:
             b_aug = math.hypot(b, s) if self.norm == "l2" else max(b, s)
         else:
@@ -63,6 +72,15 @@ class _DPLinearModel(BaseEstimator):
 
     def _constraint(self, dim: int) -> Any:
         return None
+
+    def _intercept_scaling(self) -> float:
+        return float(self.intercept_scaling)
+
+    def _method(self, n: int) -> str:
+        return str(self.solver)
+
+    def _penalty(self, method: str, bounds: DataBounds, dim: int) -> float:
+        return check_nonneg(self.l2_penalty, "l2_penalty")
 
     def _augment(self, X: Any, s: float) -> Any:
         if not self.fit_intercept:
@@ -76,16 +94,16 @@ class _DPLinearModel(BaseEstimator):
             # clip the features to feature_norm first, so the intercept column stays exact
             X = DataBounds(self.feature_norm, "l2", clip=True).enforce(X, None, label_required=False)[0]
         dim = X.shape[1] + (1 if self.fit_intercept else 0)
+        self.solver_ = method = self._method(X.shape[0])
         bounds, s = self._bounds(dim)
-        problem = ERMProblem(
-            self._loss, bounds, self._constraint(dim), l2_penalty=check_nonneg(self.l2_penalty, "l2_penalty")
-        )
+        self.l2_penalty_ = penalty = self._penalty(method, bounds, dim)
+        problem = ERMProblem(self._loss, bounds, self._constraint(dim), l2_penalty=penalty)
         options = dict(self.solver_options or {})
         return minimize(
             problem,
             self._augment(X, s),
             y,
-            method=self.solver,
+            method=method,
             budget=self._budget(),
             rng=self.rng,
             calibration=self.calibration,
@@ -96,7 +114,7 @@ class _DPLinearModel(BaseEstimator):
         w = np.asarray(result.solution)
         if self.fit_intercept:
             self.coef_ = w[:-1].copy()
-            self.intercept_ = float(w[-1] * self.intercept_scaling)
+            self.intercept_ = float(w[-1] * self._intercept_scaling())
         else:
             self.coef_ = w.copy()
             self.intercept_ = 0.0
@@ -131,19 +149,24 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         Norm of ``feature_norm``.
     clip : bool, default False
         Clip rows to ``feature_norm`` instead of raising when a row exceeds it.
-    solver : str, default "objective_perturbation"
-        Any method of :func:`dpopt.solvers.minimize` (``"mirror_descent"`` and ``"frank_wolfe"`` need
-        ``max_norm``).
-    l2_penalty : float, default 0.0
-        λ of ``(λ/2)‖w‖²`` (the objective is the *average* loss plus the penalty).
+    solver : str, default "auto"
+        ``"auto"``: output perturbation (``"output_perturbation"``) when ``epsilon * n_samples <
+        100`` (:data:`AUTO_OUTPUT_PERTURBATION_EPSILON_N`), objective perturbation otherwise.  Or
+        any method of :func:`dpopt.solvers.minimize` (``"mirror_descent"`` and ``"frank_wolfe"``
+        need ``max_norm``).
+    l2_penalty : float or None, default None
+        λ of ``(λ/2)‖w‖²`` (the objective is the *average* loss plus the penalty).  ``None``: 0 for
+        objective perturbation (which adds its own calibrated ridge) and ``10·B²`` for output
+        perturbation (:data:`OUTPUT_PERTURBATION_PENALTY`; B = the declared l2 bound of the
+        intercept-augmented rows).
     max_norm : float or None, default None
-        Constrain ``‖(w, b)‖₂ <= max_norm`` (``None``: unconstrained, objective perturbation only).
+        Constrain ``‖(w, b)‖₂ <= max_norm`` (``None``: unconstrained).
     fit_intercept : bool, default True
         Fit an intercept through an extra constant feature equal to ``intercept_scaling`` (which
         enlarges the declared l2 feature bound to ``sqrt(feature_norm² + intercept_scaling²)``).
-    intercept_scaling : float, default 0.5
-        A smaller constant column keeps the declared bound (and so the noise) small; 0.5 was the
-        best of {0.25, 0.5, 1, 2} on breast cancer at every ε (chosen once, not per data set).
+    intercept_scaling : float or None, default None
+        ``None``: 0.5 for objective perturbation and 0.25 for output perturbation.  A smaller
+        constant column keeps the declared bound (and so the noise) small.
     calibration : str, default "tight"
         ``"tight"`` or ``"paper"`` (see :func:`dpopt.solvers.minimize`).
     solver_options : dict or None
@@ -158,6 +181,10 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
     classes_ : ndarray of shape (2,)
     privacy_spent_ : PrivacySpent
         What the last ``fit`` spent.
+    solver_ : str
+        The method actually used (resolves ``"auto"``).
+    l2_penalty_ : float
+        The λ actually used.
     n_iter_ : int
     result_ : OptimizeResult
 
@@ -165,9 +192,22 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
     -------
     Each ``fit`` is (ε, δ)-DP with respect to replacing one row of ``(X, y)`` (n public), given
     that every row satisfies the declared ``feature_norm`` (checked; clipped if ``clip=True``).
-    Labels are mapped to ±1.  The guarantee and calibration are those of the chosen solver; the
-    default objective perturbation uses Kifer-Smith-Thakurta's calibration.  The set of classes
-    ``classes_`` is read from ``y`` and is **not** protected (pass data whose two labels are public).
+    Labels are mapped to ±1.  The whole fit is one release by the chosen solver, composed into its
+    accountant before any noise is drawn:
+
+    * output perturbation (default when ε·n < 100): Gaussian noise on the minimiser of the
+      λ-regularised logistic loss, replace-one sensitivity ``2 L_R/(nλ)`` where ``L_R`` is the
+      logistic loss's Lipschitz bound on the public ball that contains every minimiser
+      (:func:`dpopt.solvers.private_output_perturbation`), σ calibrated with the PLD accountant;
+    * objective perturbation (otherwise): the replace-one analysis of
+      :func:`dpopt.solvers.private_objective_perturbation` (χ₂ hockey-stick calibration).
+
+    Every default (the solver switch, λ, the intercept column) is a function of public quantities
+    only -- ε, δ, n, the number of features and the declared bounds -- never of the data values.
+    The constants (the switch at ε·n = 100, λ = 10·B², intercept column 0.5 / 0.25) were fixed
+    once on the breast-cancer benchmark of ``benchmarks/bench_erm.py`` and are the same for every
+    data set.  The set of classes ``classes_`` is read from ``y`` and is **not** protected (pass
+    data whose two labels are public).
     """
 
     def __init__(
@@ -178,11 +218,11 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         feature_norm: float | None = None,
         norm: str = "l2",
         clip: bool = False,
-        solver: str = "objective_perturbation",
-        l2_penalty: float = 0.0,
+        solver: str = "auto",
+        l2_penalty: float | None = None,
         max_norm: float | None = None,
         fit_intercept: bool = True,
-        intercept_scaling: float = 0.5,
+        intercept_scaling: float | None = None,
         calibration: str = "tight",
         solver_options: dict[str, Any] | None = None,
         rng: Any = None,
@@ -203,6 +243,30 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
 
     def _constraint(self, dim: int) -> Any:
         return None if self.max_norm is None else L2Ball(dim, check_positive(self.max_norm, "max_norm"))
+
+    def _method(self, n: int) -> str:
+        if self.solver != "auto":
+            return str(self.solver)
+        budget = self._budget()
+        if (
+            isinstance(budget, Budget)
+            and self.calibration == "tight"
+            and budget.epsilon * n < AUTO_OUTPUT_PERTURBATION_EPSILON_N
+        ):
+            return "output_perturbation"
+        return "objective_perturbation"
+
+    def _intercept_scaling(self) -> float:
+        if self.intercept_scaling is not None:
+            return float(self.intercept_scaling)
+        return 0.25 if getattr(self, "solver_", None) == "output_perturbation" else 0.5
+
+    def _penalty(self, method: str, bounds: DataBounds, dim: int) -> float:
+        if self.l2_penalty is not None:
+            return check_nonneg(self.l2_penalty, "l2_penalty")
+        if method == "output_perturbation":
+            return OUTPUT_PERTURBATION_PENALTY * bounds.feature_l2(dim) ** 2
+        return 0.0
 
     def fit(self, X: Any, y: Any) -> DPLogisticRegression:
         """Fit the model privately (spends (ε, δ) on ``(X, y)``)."""
@@ -275,7 +339,7 @@ class DPLinearRegression(_DPRegressor):
     -------
     (ε, δ)-DP per ``fit`` under replace-one neighbours, given ``‖x‖ <= feature_norm`` and
     ``|y| <= label_bound`` (checked, or clipped with ``clip=True``).  Default solver: objective
-    perturbation with Kifer-Smith-Thakurta's calibration.
+    perturbation with the replace-one (χ₂ hockey-stick) calibration.
     """
 
     def __init__(

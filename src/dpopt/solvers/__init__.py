@@ -27,6 +27,7 @@ __all__ = [
     "noisy_mirror_descent",
     "private_frank_wolfe",
     "private_objective_perturbation",
+    "private_output_perturbation",
     "register_method",
 ]
 
@@ -34,6 +35,7 @@ _LAZY = {
     "noisy_mirror_descent": "dpopt.solvers.mirror_descent",
     "private_objective_perturbation": "dpopt.solvers.objective_perturbation",
     "private_frank_wolfe": "dpopt.solvers.frank_wolfe",
+    "private_output_perturbation": "dpopt.solvers.output_perturbation",
     "dp_gd": "dpopt.solvers.gradient",
     "dp_heavy_ball": "dpopt.solvers.gradient",
     "dp_nesterov": "dpopt.solvers.gradient",

@@ -33,6 +33,7 @@ _METHODS: dict[str, str | SolverFn] = {
     "mirror_descent": "dpopt.solvers.mirror_descent:noisy_mirror_descent",
     "objective_perturbation": "dpopt.solvers.objective_perturbation:private_objective_perturbation",
     "frank_wolfe": "dpopt.solvers.frank_wolfe:private_frank_wolfe",
+    "output_perturbation": "dpopt.solvers.output_perturbation:private_output_perturbation",
     # DP gradient methods with smoothing and multistage acceleration (thesis ch. 4)
     "dp_gd": "dpopt.solvers.gradient:dp_gd",
     "dp_sgd": "dpopt.solvers.gradient:dp_gd",

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import optimize, special
 
 from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, EpsilonDeltaEvent, PrivacyEvent
@@ -31,6 +32,7 @@ from dpopt.solvers.minimize import (
 )
 
 __all__ = [
+    "chi2_delta",
     "kst_sigma",
     "private_objective_perturbation",
     "replace_one_calibration",
@@ -45,40 +47,89 @@ def kst_sigma(lipschitz: float, n: int, epsilon: float, delta: float) -> float:
     return lipschitz * math.sqrt(8 * math.log(2 / delta) + 4 * epsilon) / (n * epsilon)
 
 
+def chi2_delta(z: float, eps2: float) -> float:
+    """δ certified at ``eps2`` for the noise part of the replace-one analysis with multiplier ``z``.
+
+    The privacy loss of the noise-density ratio is at most ``R/z + 1/(2z²)`` with ``R = ‖P b‖/σ``
+    stochastically below a χ₂ variable (see :func:`replace_one_epsilon`), so
+    ``δ <= E[(1 - exp(eps2 - R/z - 1/(2z²)))₊]``, which integrates in closed form to
+    ``exp(-r₀²/2) - exp(eps2)·(exp(-u₀²/2) - sqrt(2π)/z·Q(u₀))`` with
+    ``r₀ = max(z·eps2 - 1/(2z), 0)``, ``u₀ = r₀ + 1/z`` and Q the standard normal tail.
+    """
+    if z <= 0:
+        return 1.0
+    r0 = max(z * eps2 - 1 / (2 * z), 0.0)
+    u0 = r0 + 1 / z
+    # in log space: exp(eps2) alone overflows for large ε
+    tail = math.sqrt(2 * math.pi) / z * math.exp(eps2 + float(special.log_ndtr(-u0)))
+    val = math.exp(-r0 * r0 / 2) - math.exp(eps2 - u0 * u0 / 2) + tail
+    return min(max(val, 0.0), 1.0)
+
+
+def _noise_epsilon(z: float, delta: float) -> float:
+    """Smallest ε₂ with ``chi2_delta(z, ε₂) <= delta``."""
+    t = math.sqrt(2 * math.log(1 / delta))
+    hi = t / z + 1 / (2 * z * z)  # the χ₂ tail bound P(R > t) = δ certifies this much
+    if chi2_delta(z, 0.0) <= delta:
+        return 0.0
+    return float(optimize.brentq(lambda e: chi2_delta(z, e) - delta, 0.0, hi, xtol=1e-15, rtol=1e-15))
+
+
+def _noise_multiplier(eps2: float, delta: float) -> float:
+    """Smallest z with ``chi2_delta(z, eps2) <= delta``."""
+    t = math.sqrt(2 * math.log(1 / delta))
+    hi = (t + math.sqrt(t * t + 2 * eps2)) / (2 * eps2)  # the χ₂ tail-bound calibration
+    return float(optimize.brentq(lambda z: chi2_delta(z, eps2) - delta, 1e-6, hi, xtol=1e-15, rtol=1e-15))
+
+
 def replace_one_epsilon(
     sigma: float, regularization: float, *, lipschitz: float, hessian: float, n: int, delta: float
 ) -> float:
     """ε (at ``delta``) that the replace-one analysis certifies for objective perturbation.
 
     For GLM losses (rank-one per-example Hessians ``φ''xxᵀ`` with ``φ''‖x‖² <= hessian``) and a total
-    ridge ``ζ = regularization`` (added regulariser plus public l2 penalty), the density ratio of the
-    output between neighbours ``D = S+{d}`` and ``D' = S+{d'}`` is the Jacobian ratio, at most
-    ``1 + hessian/(nζ)``, times the noise-density ratio ``exp((2<b, u> + ‖u‖²)/(2σ²))`` with
-    ``u = (∇ℓ(θ; d) - ∇ℓ(θ; d'))/n``: ``‖u‖ <= Δ = 2L/n`` and u lies in span{x, x'}, so
-    ``<b, u> <= Δ‖P b‖`` with ``‖P b‖/σ ~ χ₂`` and ``P(χ₂ > t) = exp(-t²/2)``.  Hence
-    ``ε = ln(1 + hessian/(nζ)) + t/z + 1/(2z²)`` with ``z = σ/Δ`` and ``t = sqrt(2 ln(1/δ))``.
+    ridge ``ζ = regularization`` (added regulariser plus public l2 penalty), the privacy loss at an
+    output between neighbours ``D = S+{d}`` and ``D' = S+{d'}`` is the log Jacobian ratio, at most
+    ``ε₁ = ln(1 + hessian/(nζ))``, plus the log noise-density ratio ``(2<b, u> + ‖u‖²)/(2σ²)`` with
+    ``u = (∇ℓ(θ; d) - ∇ℓ(θ; d'))/n``: ``‖u‖ <= Δ = 2L/n`` and u lies in span{x, x'} (whatever θ),
+    so ``<b, u> <= Δ‖P b‖`` with ``R = ‖P b‖/σ`` a χ₁ or χ₂ variable when the output is drawn under
+    D (b is then exactly the Gaussian noise).  The loss is thus at most ``ε₁ + R/z + 1/(2z²)``
+    (``z = σ/Δ``), a non-decreasing function of R, and the hockey-stick divergence at ε₁ + ε₂ is at
+    most ``E[(1 - exp(ε₂ - R/z - 1/(2z²)))₊]`` with R ~ χ₂ (:func:`chi2_delta`).  The returned ε is
+    ε₁ plus the smallest such ε₂ for ``delta``; it is never larger than the χ₂-tail-bound figure
+    ``ε₁ + t/z + 1/(2z²)`` with ``t = sqrt(2 ln(1/δ))``.
     """
     if regularization <= 0 or sigma <= 0:
         return math.inf
     eps1 = math.log1p(hessian / (n * regularization))
     z = sigma / (2 * lipschitz / n)
-    t = math.sqrt(2 * math.log(1 / delta))
-    return eps1 + t / z + 1 / (2 * z * z)
+    return eps1 + _noise_epsilon(z, delta)
 
 
 def replace_one_calibration(
-    epsilon: float, delta: float, *, lipschitz: float, hessian: float, n: int, jacobian_fraction: float
+    epsilon: float,
+    delta: float,
+    *,
+    lipschitz: float,
+    hessian: float,
+    n: int,
+    jacobian_fraction: float,
+    l2_penalty: float = 0.0,
 ) -> tuple[float, float]:
     """(σ, total ridge ζ) meeting (ε, δ) under :func:`replace_one_epsilon`.
 
     ``jacobian_fraction`` of ε goes to the Jacobian term (ζ = hessian/(n(e^{ε₁} - 1))), the rest to
-    the noise: ``z = (t + sqrt(t² + 2ε₂))/(2ε₂)``, ``σ = z·2L/n``.
+    the noise (the smallest z with ``chi2_delta(z, ε₂) <= δ``; σ = z·2L/n).  When the public
+    ``l2_penalty`` already exceeds that ζ, the ridge is the penalty itself, the Jacobian term only
+    needs ``ε₁ = ln(1 + hessian/(n·l2_penalty))`` and the rest of ε goes to the noise.
     """
-    eps1 = jacobian_fraction * epsilon
-    eps2 = epsilon - eps1
+    eps1 = min(jacobian_fraction * epsilon, 700.0)  # e^{ε₁} overflows beyond; a larger ridge is sound
     zeta = hessian / (n * math.expm1(eps1))
-    t = math.sqrt(2 * math.log(1 / delta))
-    z = (t + math.sqrt(t * t + 2 * eps2)) / (2 * eps2)
+    if l2_penalty > zeta:
+        zeta = l2_penalty
+        eps1 = math.log1p(hessian / (n * zeta))
+    eps2 = epsilon - eps1
+    z = _noise_multiplier(eps2, delta)
     return z * 2 * lipschitz / n, zeta
 
 
@@ -183,8 +234,11 @@ def private_objective_perturbation(
     between neighbours is at most ``(1 + λ/(nζ))·exp((2<b, u> + ‖u‖²)/(2σ²))`` where ζ is the total
     ridge (added regulariser + ``l2_penalty``) and ``u`` (‖u‖ <= 2L/n) lies in the span of the two
     differing records; a χ₂ tail bound on the projected noise gives
-    ``ε = ln(1 + λ/(nζ)) + t/z + 1/(2z²)``, ``z = σn/(2L)``, ``t = sqrt(2 ln(1/δ))``
-    (:func:`replace_one_epsilon`).  ``"tight"`` splits ε as ``jacobian_fraction`` : rest and solves
+    ``ε = ln(1 + λ/(nζ)) + t/z + 1/(2z²)``, ``z = σn/(2L)``, ``t = sqrt(2 ln(1/δ))``; integrating
+    the hockey-stick divergence against the χ₂ law instead (:func:`chi2_delta`) certifies a smaller
+    ε at the same δ, which is what :func:`replace_one_epsilon` returns.  ``"tight"`` splits ε as
+    ``jacobian_fraction`` : rest (or, when the public ``l2_penalty`` already exceeds the ridge
+    that split needs, spends only ``ln(1 + λ/(n·l2_penalty))`` on the Jacobian term) and solves
     for ζ and σ (:func:`replace_one_calibration`).  KST's constants (ζ = 2λ/(nε),
     ``σ = L sqrt(8 log(2/δ) + 4ε)/(nε)``) correspond to a gradient difference of L/n (one record
     added or removed); under replace-one this analysis certifies a larger ε, and [TTZ]'s
@@ -224,7 +278,13 @@ def private_objective_perturbation(
             raise InvalidParameterError("objective perturbation with Gaussian noise needs δ > 0")
         if calibration == "tight":
             sigma, ridge = replace_one_calibration(
-                bud.epsilon, bud.delta, lipschitz=L2, hessian=hess, n=n, jacobian_fraction=jacobian_fraction
+                bud.epsilon,
+                bud.delta,
+                lipschitz=L2,
+                hessian=hess,
+                n=n,
+                jacobian_fraction=jacobian_fraction,
+                l2_penalty=problem.l2_penalty,
             )
             zeta = max(ridge - problem.l2_penalty, 0.0)
             event = EpsilonDeltaEvent(bud.epsilon, bud.delta, rule="objective-perturbation-replace-one")
