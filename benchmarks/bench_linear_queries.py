@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
                     method,
                     f"{r.objective:.6g}",
                     f"{r.lower_bound:.6g}",
-                    f"{100 * r.gap:.3f}%",
+                    f"{r.gap:.2e}",
                     str(r.n_iter),
                     r.status,
                     f"{r.cpu_seconds:.2f}",

@@ -25,10 +25,10 @@ def test_empirical_error_matches_expected(prefix_setup):
     budget = Budget(1.0, 1e-5)
     truth = W.answer(x)
     errors = []
-    for seed in range(600):
+    for seed in range(400):
         out = answer(W, x, budget=budget, rng=seed, strategy=strat, accountant=make_accountant("rdp"))
         errors.append(np.sum((out.values - truth) ** 2))
-    assert np.mean(errors) == pytest.approx(out.expected_error, rel=0.1)
+    assert np.mean(errors) == pytest.approx(out.expected_error, rel=0.12)
     assert out.expected_error == pytest.approx(expected_error(strat, budget))
     assert out.expected_error_per_query == pytest.approx(out.expected_error / 16)
     # data independence: a different histogram has the same error distribution
@@ -42,7 +42,7 @@ def test_empirical_error_matches_expected(prefix_setup):
             )
             ** 2
         )
-        for s in range(300)
+        for s in range(200)
     ]
     assert np.mean(errs2) == pytest.approx(out.expected_error, rel=0.15)
 
@@ -143,15 +143,60 @@ def test_product_workload_answers():
     x = np.arange(30)
     truth = K.answer(x)
     errs = []
-    for seed in range(300):
+    for seed in range(200):
         out = answer(
             K, x, budget=Budget(1.0, 1e-5), rng=seed, strategy=res, accountant=make_accountant("rdp")
         )
         errs.append(np.sum((out.values - truth) ** 2))
-    assert np.mean(errs) == pytest.approx(out.expected_error, rel=0.15)
+    assert np.mean(errs) == pytest.approx(out.expected_error, rel=0.2)
     # the dense path gives the same expected error
     dense = answer(K, x, budget=Budget(1.0, 1e-5), rng=0, strategy=res.strategy)
     assert dense.expected_error == pytest.approx(out.expected_error, rel=1e-8)
     big = wl.kronecker(wl.prefix(128), wl.prefix(64))
     out = answer(big, np.ones(128 * 64), budget=Budget(1.0, 1e-5), rng=0)
     assert out.values.shape == (128 * 64,) and out.sensitivity == pytest.approx(1.0)
+
+
+def test_query_variances_sum_to_expected_error(prefix_setup):
+    from dpopt.linear_queries import query_variances
+
+    W, strat, _ = prefix_setup
+    budget = Budget(1.0, 1e-5)
+    v = query_variances(W, strat, budget)
+    assert v.shape == (16,) and np.all(v > 0)
+    assert v.sum() == pytest.approx(expected_error(strat, budget), rel=1e-8)
+    K = wl.kronecker(wl.prefix(4), wl.all_range(3))
+    res = optimize_strategy(K)
+    assert query_variances(K, res, budget).sum() == pytest.approx(expected_error(res, budget), rel=1e-8)
+
+
+def test_secure_rng_path(prefix_setup):
+    W, strat, x = prefix_setup
+    out = answer(W, x, budget=Budget(1.0, 1e-5), rng="secure", strategy=strat)
+    assert out.values.shape == (16,) and np.all(np.isfinite(out.values))
+
+
+def test_marginal_workload_answers():
+    M = wl.marginals((4, 3, 5), 2)
+    res = optimize_strategy(M)
+    x = np.random.default_rng(0).integers(0, 5, 60)
+    truth = M.answer(x)
+    errs = [
+        np.sum(
+            (
+                answer(
+                    M, x, budget=Budget(1.0, 1e-5), rng=s, strategy=res, accountant=make_accountant("rdp")
+                ).values
+                - truth
+            )
+            ** 2
+        )
+        for s in range(200)
+    ]
+    out = answer(M, x, budget=Budget(1.0, 1e-5), rng=0, strategy=res)
+    assert np.mean(errs) == pytest.approx(out.expected_error, rel=0.15)
+    dense = answer(M, x, budget=Budget(1.0, 1e-5), rng=0, strategy=res.strategy)  # same strategy, dense path
+    assert dense.expected_error == pytest.approx(out.expected_error, rel=1e-8)
+    big = wl.marginals((16, 16, 16, 16), 2)
+    out = answer(big, np.ones(16**4), budget=Budget(1.0, 1e-5), rng=0)
+    assert out.values.shape == (6 * 256,) and out.sensitivity == pytest.approx(1.0)

@@ -222,6 +222,8 @@ def test_baselines_closed_forms():
     best = optimize_strategy(W, tol=1e-6)
     lrm = baseline("lrm", W)
     assert best.lower_bound * (1 - 1e-9) <= lrm.objective <= 1.05 * best.objective
+    esm = baseline("esm", W)
+    assert best.lower_bound * (1 - 1e-9) <= esm.objective <= 1.1 * best.objective
     with pytest.raises(InvalidParameterError):
         baseline("dawa", W)
 
@@ -257,3 +259,46 @@ def test_rank_deficient_needs_ridge_in_newton_methods():
         with pytest.raises(InvalidParameterError, match="rank deficient"):
             optimize_strategy(W, method=method, params=COAParams(theta=0.0))
     assert optimize_strategy(W).converged  # the dual method needs no ridge
+
+
+def test_marginals_on_multidimensional_domain():
+    M = wl.marginals((4, 3, 5), 2)
+    res = optimize_strategy(M, tol=1e-7, max_iter=3000)
+    assert res.converged and res.gap <= 1e-6 and res.bias < 1e-10
+    assert np.linalg.matrix_rank(res.strategy) < 60  # measures only the marginals' row space
+    assert res.objective < baseline("identity", M).objective
+
+
+def test_callback_and_progress():
+    seen = []
+
+    def stop_at_two(info):
+        seen.append(info["iteration"])
+        return info["iteration"] >= 2
+
+    res = optimize_strategy(wl.random_ranges(40, 20, rng=0), tol=0.0, callback=stop_at_two, warn=False)
+    assert res.status == "stopped_by_callback" and seen == [1, 2]
+    assert optimize_strategy(wl.prefix(8), progress=True).converged
+
+
+@pytest.mark.parametrize(("shape", "k"), [((4, 3, 5), 2), ((3, 2, 4, 2), 1), ((3, 2, 4, 2), 3)])
+def test_marginals_closed_form_matches_dense_optimum(shape, k, tmp_path):
+    M = wl.marginals(shape, k)
+    closed = optimize_strategy(M)
+    assert closed.gap == 0.0 and closed.residual_terms
+    obj, bias = strategy_error(closed.strategy, M.gram())
+    assert obj == pytest.approx(closed.objective, rel=1e-10) and bias < 1e-12
+    np.testing.assert_allclose(np.linalg.norm(closed.strategy, axis=0), 1.0, atol=1e-12)
+    dense = optimize_strategy(wl.Union(M.parts), tol=1e-9, max_iter=3000)
+    assert dense.objective == pytest.approx(closed.objective, rel=1e-7)
+    assert dense.lower_bound <= closed.objective * (1 + 1e-7)
+    back = StrategyResult.load(closed.save(tmp_path / "m"), workload=M)
+    assert back.residual_terms == closed.residual_terms and back.domain_shape == closed.domain_shape
+
+
+def test_marginals_far_beyond_dense_domains():
+    M = wl.marginals((16, 16, 16, 16), 2)  # 65536 cells: no dense n x n matrix anywhere
+    res = optimize_strategy(M)
+    assert res.converged and res.gap == 0.0 and res.strategy.shape == (0, 65536)
+    with pytest.raises(InvalidParameterError, match="residual basis"):
+        M.gram()

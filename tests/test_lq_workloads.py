@@ -142,3 +142,21 @@ def test_specs_and_files(tmp_path):
         np.testing.assert_allclose(wl.load(tmp_path / name).matrix(), D)
     with pytest.raises(InvalidParameterError, match="not found"):
         wl.load(tmp_path / "missing.npy")
+
+
+def test_union_and_marginals():
+    M = wl.marginals((4, 3, 5), 2)
+    D = M.matrix()
+    assert M.shape == D.shape == (4 * 3 + 4 * 5 + 3 * 5, 60)
+    np.testing.assert_allclose(M.gram(), D.T @ D)
+    x = np.random.default_rng(0).integers(0, 9, 60)
+    np.testing.assert_allclose(M.answer(x), D @ x)
+    # the (0, 1) marginal sums the last attribute out
+    np.testing.assert_allclose(M.answer(x)[:12], x.reshape(4, 3, 5).sum(axis=2).ravel())
+    assert M.l2_sensitivity == pytest.approx(np.sqrt(3))
+    assert M.l1_sensitivity == pytest.approx(3)
+    assert wl.marginals((2, 2), 0).shape == (1, 4)
+    with pytest.raises(InvalidParameterError):
+        wl.marginals((2, 2), 3)
+    with pytest.raises(InvalidParameterError, match="same domain"):
+        wl.Union([wl.prefix(3), wl.prefix(4)])

@@ -14,7 +14,10 @@
 * ``"lrm"`` (LRM, low-rank mechanism): augmented-Lagrangian factorization ``W = B L`` (spec A.12;
   unspecified details are our choices, see :func:`low_rank_mechanism`).
 
-ESM and DAWA are not implemented yet.
+* ``"esm"`` (ESM, exponential smoothing): spectral projected gradient on the smoothed program
+  (spec A.12; μ, schedule and initialization are ours, see :func:`exponential_smoothing`).
+
+DAWA (ε-DP, data dependent) is not implemented.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "BASELINES",
     "baseline",
     "eigen_design",
+    "exponential_smoothing",
     "gm_direct_objective",
     "haar_matrix",
     "hierarchical_matrix",
@@ -171,12 +175,82 @@ def low_rank_mechanism(
     return L
 
 
+def exponential_smoothing(
+    workload: Workload,
+    *,
+    mu: float = 0.01,
+    max_iter: int = 300,
+    floor: float = 1e-10,
+    memory: int = 10,
+    tol: float = 1e-9,
+) -> FloatArray:
+    """Exponential smoothing mechanism (ESM) strategy ``X^½`` (spec A.12; parameters are ours).
+
+    Minimizes ``smax_μ(diag X)·tr(V X⁻¹)`` over X ≻ 0, ``smax_μ(v) = μ log Σ exp(v_i/μ)``, by a
+    non-monotone spectral projected gradient (Barzilai-Borwein steps, Grippo line search with
+    memory ``memory``, projection = eigenvalue clipping at ``floor·λ_max``), from X = I, with X
+    rescaled to unit largest diagonal after every step (the objective is nearly scale invariant).
+    """
+    V = workload.gram()
+    n = V.shape[0]
+
+    def project(X: FloatArray) -> FloatArray:
+        lam, Q = np.linalg.eigh((X + X.T) / 2)
+        lam = np.maximum(lam, floor * max(float(lam.max()), 1e-300))
+        return np.asarray((Q * lam) @ Q.T)
+
+    def value_grad(X: FloatArray) -> tuple[float, FloatArray]:
+        lam, Q = np.linalg.eigh(X)
+        Z = (Q / lam) @ Q.T
+        t = float(np.sum(Z * V))
+        d = np.diag(X)
+        e = np.exp((d - d.max()) / mu)
+        smax = float(d.max() + mu * np.log(e.sum()))
+        G = -smax * (Z @ V @ Z)
+        G[np.diag_indices(n)] += t * e / e.sum()
+        return smax * t, (G + G.T) / 2
+
+    X = np.eye(n)
+    f, G = value_grad(X)
+    recent = [f]
+    alpha = 1.0 / max(float(np.linalg.norm(G)), 1e-300)
+    for _ in range(max_iter):
+        D = project(X - alpha * G) - X
+        slope = float(np.sum(G * D))
+        if slope > -tol * abs(f):
+            break
+        ref = max(recent)
+        lam_step = 1.0
+        while True:
+            Xn = X + lam_step * D
+            try:
+                fn, Gn = value_grad(Xn)
+            except np.linalg.LinAlgError:  # pragma: no cover - eigh failure
+                fn, Gn = np.inf, G
+            if fn <= ref + 1e-4 * lam_step * slope or lam_step < 1e-12:
+                break
+            lam_step *= 0.5
+        if not np.isfinite(fn):
+            break
+        scale = float(np.max(np.diag(Xn)))
+        S, Yg = Xn / scale - X, Gn - G
+        X = Xn / scale
+        f, G = value_grad(X)
+        recent = [*recent[-(memory - 1) :], f]
+        sy = float(np.sum(S * Yg))
+        alpha = float(np.clip(np.sum(S * S) / sy, 1e-12, 1e12)) if sy > 0 else alpha * 2
+    lam, Q = np.linalg.eigh((X + X.T) / 2)
+    return np.asarray((Q * np.sqrt(np.maximum(lam, 0.0))) @ Q.T)
+
+
 def gm_direct_objective(workload: Workload) -> float:
     """Error per unit noise variance of plain GM (noise on each answer, no inference): ``m‖W‖²_{2,inf}``."""
     return workload.n_queries * workload.l2_sensitivity**2
 
 
-BASELINES = ("identity", "gm", "hierarchical", "wavelet", "eigen", "lrm")
+_MAX_DENSE_ENTRIES = 1 << 26
+
+BASELINES = ("identity", "gm", "hierarchical", "wavelet", "eigen", "lrm", "esm")
 
 
 def baseline(name: str, workload: Workload, *, branching: int = 2) -> StrategyResult:
@@ -185,6 +259,12 @@ def baseline(name: str, workload: Workload, *, branching: int = 2) -> StrategyRe
     if name == "identity":
         A = np.eye(n)
     elif name == "gm":
+        m = workload.n_queries
+        if m * n > _MAX_DENSE_ENTRIES:
+            raise InvalidParameterError(
+                f"strategy 'gm': the workload has {m}x{n} entries, too many to use W itself as the strategy; "
+                "use gm_direct_objective(workload) for its error, or another strategy"
+            )
         A = workload.matrix()
     elif name == "hierarchical":
         A = hierarchical_matrix(n, branching)
@@ -193,6 +273,9 @@ def baseline(name: str, workload: Workload, *, branching: int = 2) -> StrategyRe
     elif name == "eigen":
         with _blas_threads(n):
             A = eigen_design(workload)
+    elif name == "esm":
+        with _blas_threads(n):
+            A = exponential_smoothing(workload)
     elif name == "lrm":
         with _blas_threads(n):
             A = low_rank_mechanism(workload)

@@ -20,12 +20,18 @@ from dpopt._validation import check_array
 from dpopt.accounting import Accountant, Budget, PrivacySpent, check_neighbouring, make_accountant
 from dpopt.accounting.events import Neighbouring
 from dpopt.exceptions import InvalidParameterError
-from dpopt.linear_queries.strategy import StrategyResult, _blas_threads, evaluate_strategy, optimize_strategy
+from dpopt.linear_queries.strategy import (
+    StrategyResult,
+    _blas_threads,
+    evaluate_strategy,
+    optimize_strategy,
+    residual_projector,
+)
 from dpopt.linear_queries.workloads import Workload, kron_apply
 from dpopt.mechanisms import GaussianMechanism
 from dpopt.randomness import RNGLike
 
-__all__ = ["Answers", "answer", "expected_error", "strategy_sensitivity"]
+__all__ = ["Answers", "answer", "expected_error", "query_variances", "strategy_sensitivity"]
 
 FloatArray = NDArray[np.float64]
 Calibration = Literal["analytic", "paper", "classic"]
@@ -199,6 +205,8 @@ def answer(
         raise InvalidParameterError("calibration: must be 'analytic', 'paper' or 'classic'")
     x = _check_histogram(histogram, workload.domain_size, counts)
     result = _resolve_strategy(workload, strategy)
+    if result.residual_terms:
+        return _answer_residual(workload, x, result, budget, rng, rel, method, accountant, calibration)
     if result.factors:
         return _answer_product(workload, x, result, budget, rng, rel, method, accountant, calibration, rcond)
     A = result.strategy
@@ -225,6 +233,48 @@ def _default_accountant(
             f"was computed for {rel!r}; pass the same relation to both"
         )
     return accountant
+
+
+def _answer_residual(
+    workload: Workload,
+    x: FloatArray,
+    result: StrategyResult,
+    budget: Budget,
+    rng: RNGLike,
+    rel: Neighbouring,
+    method: str,
+    accountant: Accountant | None,
+    calibration: str,
+) -> Answers:
+    """Implicit residual-basis strategy ``A = Σ_T sqrt(x_T) Q_T`` (marginal workloads)."""
+    dims = result.domain_shape
+    if int(np.prod(dims)) != workload.domain_size:
+        raise InvalidParameterError("strategy: its domain shape does not match the workload's domain")
+    # diag(AᵀA) = Σ_T x_T d_T / N = 1 by construction (recomputed here from the terms)
+    N = workload.domain_size
+    diag = sum(xT * float(np.prod([dims[i] - 1 for i in T])) for T, xT in result.residual_terms) / N
+    add_remove = math.sqrt(diag)
+    sens = add_remove if rel == "add_remove" else 2.0 * add_remove  # replace-one: the 2x bound
+    acct = _default_accountant(accountant, calibration, budget, rel)
+    mech = GaussianMechanism.calibrate(budget, sens, method=method)  # type: ignore[arg-type]
+    projectors = [(residual_projector(dims, T), xT) for T, xT in result.residual_terms]
+    Ax = sum(math.sqrt(xT) * kron_apply(P, x) for P, xT in projectors)
+    z = np.atleast_1d(mech.release(np.asarray(Ax), rng=rng, accountant=acct, label="matrix-mechanism"))
+    x_hat = np.asarray(sum(kron_apply(P, z) / math.sqrt(xT) for P, xT in projectors))
+    values = workload.answer(x_hat)
+    expected = mech.sigma**2 * result.objective / add_remove**2
+    return Answers(
+        values=values,
+        histogram_estimate=x_hat,
+        expected_error=expected,
+        expected_error_per_query=expected / workload.n_queries,
+        sigma=mech.sigma,
+        sensitivity=sens,
+        privacy=acct.spent(),
+        calibration=calibration,
+        strategy_method=result.method,
+        bias=result.bias,
+    )
 
 
 def _answer_product(
@@ -323,3 +373,41 @@ def expected_error(
             raise InvalidParameterError("n_queries: required with per_query=True")
         err /= n_queries
     return float(err)
+
+
+def query_variances(
+    workload: Workload,
+    result: StrategyResult,
+    budget: Budget,
+    *,
+    calibration: Calibration = "analytic",
+    rcond: float = 1e-10,
+) -> FloatArray:
+    """Expected squared error of every query, shape (m,): ``σ² ‖(W A⁺)_q‖²`` (sums to the total).
+
+    Data independent (no privacy cost).  Computed column by column of ``A⁺`` through the
+    workload's implicit ``answer``, so it never forms W.
+    """
+    from dpopt.accounting import gaussian_sigma
+
+    method: Any = {"analytic": "analytic", "paper": "coa", "classic": "classic"}.get(calibration)
+    if method is None:
+        raise InvalidParameterError("calibration: must be 'analytic', 'paper' or 'classic'")
+    out = np.zeros(workload.n_queries)
+    if result.strategy.shape[0] == 0 and not result.factors:
+        raise InvalidParameterError(
+            "query_variances: the strategy is implicit (residual basis, n > 4096); per-query variances "
+            "are not available for it yet -- use expected_error for the total"
+        )
+    if result.factors:
+        sens = float(np.prod([np.sqrt(np.max(np.sum(A**2, axis=0))) for A in result.factors]))
+        pinv: FloatArray = np.ones((1, 1))
+        for A in result.factors:
+            pinv = np.asarray(np.kron(pinv, np.linalg.pinv(A, rcond=rcond)), dtype=np.float64)
+    else:
+        sens = strategy_sensitivity(result.strategy)
+        pinv = np.asarray(np.linalg.pinv(result.strategy, rcond=rcond), dtype=np.float64)
+    for k in range(pinv.shape[1]):
+        out += workload.answer(pinv[:, k]) ** 2
+    sigma = gaussian_sigma(budget.epsilon, budget.delta, sens, method=method)
+    return np.asarray(sigma**2 * out)

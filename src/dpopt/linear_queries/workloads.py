@@ -22,6 +22,7 @@ their parameters in :attr:`Workload.params`.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "Identity",
     "Kronecker",
     "LowRank",
+    "Marginals",
     "MatrixWorkload",
     "Prefix",
     "Ranges",
@@ -542,23 +544,116 @@ class Union(Workload):
         return np.vstack([p.matrix() for p in self.parts])
 
 
-def marginals(shape: Sequence[int], k: int = 2) -> Union:
-    """All k-way marginals of a domain with attribute sizes ``shape`` (cells in C order).
+class Marginals(Union):
+    """Marginal queries on a domain with attribute sizes ``shape`` (cells in C order).
 
-    One product ``⊗_i (I_{n_i} if i in S else 1ᵀ)`` per attribute subset S of size k; the
-    marginal on S has ``Π_{i∈S} n_i`` queries.
+    One marginal table per attribute subset S in ``subsets``: the counts summed over the
+    attributes outside S (``Π_{i∈S} n_i`` queries; the empty subset is the total).  The Gram
+    matrix is diagonal in the residual basis (:meth:`residual_spectrum`), which gives the optimal
+    strategy in closed form for any domain size (:func:`~dpopt.linear_queries.optimize_strategy`).
     """
+
+    name = "marginals"
+
+    def __init__(self, shape: Sequence[int], subsets: Sequence[Sequence[int]], *, name: str | None = None):
+        dims = tuple(check_int(d, "shape") for d in shape)
+        if not dims:
+            raise InvalidParameterError("shape: need at least one attribute")
+        subs: list[tuple[int, ...]] = []
+        for sub in subsets:
+            t = tuple(sorted({int(i) for i in sub}))
+            if any(i < 0 or i >= len(dims) for i in t):
+                raise InvalidParameterError(f"subsets: attribute indices must lie in [0, {len(dims)})")
+            if t not in subs:
+                subs.append(t)
+        if not subs:
+            raise InvalidParameterError("subsets: need at least one attribute subset")
+        parts = [Kronecker([Identity(d) if i in S else Total(d) for i, d in enumerate(dims)]) for S in subs]
+        super().__init__(parts, name=name, params={"shape": list(dims), "subsets": [list(t) for t in subs]})
+        self.dims = dims
+        self.subsets = tuple(subs)
+
+    def _dense_check(self, what: str) -> None:
+        if self._n > Kronecker.dense_limit:
+            raise InvalidParameterError(
+                f"{what}: the domain has n={self._n} cells, too many for a dense n×n matrix "
+                f"(limit {Kronecker.dense_limit}); the optimizer and the mechanism use the residual basis"
+            )
+
+    def _gram(self) -> FloatArray:
+        self._dense_check("gram")
+        return super()._gram()
+
+    def matrix(self) -> FloatArray:
+        self._dense_check("matrix")
+        return super().matrix()
+
+    def _matvec(self, x: FloatArray) -> FloatArray:
+        t = x.reshape(self.dims)
+        tables = [
+            np.asarray(t.sum(axis=tuple(i for i in range(len(self.dims)) if i not in S))).reshape(-1)
+            for S in self.subsets
+        ]
+        return np.concatenate(tables)
+
+    def _column_abs_sums(self) -> FloatArray:
+        return np.full(self._n, float(len(self.subsets)))
+
+    def column_norms(self) -> FloatArray:
+        return np.full(self._n, math.sqrt(len(self.subsets)))
+
+    @property
+    def frobenius_norm_sq(self) -> float:
+        return float(self._n * len(self.subsets))
+
+    def zero_columns(self) -> NDArray[np.intp]:
+        return np.empty(0, dtype=np.intp)
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = hashlib.sha256(
+                repr(("marginals", self.dims, self.subsets)).encode()
+            ).hexdigest()
+        return self._fingerprint
+
+    def residual_spectrum(self) -> list[tuple[tuple[int, ...], float, int]]:
+        """``(T, λ_T, dim U_T)`` for every residual subspace with λ_T > 0.
+
+        With ``P0 = J/n_i`` and ``P1 = I - J/n_i`` per attribute, ``V = Σ_T λ_T ⊗_{i∈T} P1 ⊗_{i∉T} P0``
+        where ``λ_T = Σ_{S ⊇ T} Π_{i∉S} n_i`` and ``dim U_T = Π_{i∈T} (n_i - 1)``.
+        """
+        import itertools
+
+        out = []
+        seen: set[tuple[int, ...]] = set()
+        for S in self.subsets:
+            for r in range(len(S) + 1):
+                for T in itertools.combinations(S, r):
+                    if T in seen:
+                        continue
+                    seen.add(T)
+                    dim = int(np.prod([self.dims[i] - 1 for i in T], dtype=np.int64)) if T else 1
+                    if dim == 0:
+                        continue
+                    lam = 0.0
+                    for S2 in self.subsets:
+                        if set(T) <= set(S2):
+                            lam += float(
+                                np.prod([self.dims[i] for i in range(len(self.dims)) if i not in S2])
+                            )
+                    out.append((T, lam, dim))
+        return sorted(out)
+
+
+def marginals(shape: Sequence[int], k: int = 2) -> Marginals:
+    """All k-way marginals of a domain with attribute sizes ``shape`` (cells in C order)."""
     import itertools
 
     dims = [check_int(d, "shape") for d in shape]
     k = check_int(k, "k", minimum=0)
     if k > len(dims):
         raise InvalidParameterError(f"k: at most the number of attributes ({len(dims)})")
-    parts: list[Workload] = []
-    for subset in itertools.combinations(range(len(dims)), k):
-        factors = [Identity(d) if i in subset else Total(d) for i, d in enumerate(dims)]
-        parts.append(Kronecker(factors))
-    return Union(parts, name=f"{k}-way marginals", params={"shape": dims, "k": k})
+    return Marginals(dims, list(itertools.combinations(range(len(dims)), k)), name=f"{k}-way marginals")
 
 
 # ------------------------------------------------------------------------------- constructors
