@@ -1,23 +1,29 @@
-"""The ``dpopt`` command: ``list``, ``reproduce``, ``report`` and ``tour``.
+"""The ``dpopt`` command: ``list``, ``reproduce``, ``report``, ``tour``, ``strategy`` and ``answer``.
 
-Errors (unknown experiment, bad option values, unusable output directory, any dpopt error) print
-one line ``dpopt: error: ...`` on stderr and exit with status 2.
+Errors (unknown experiment, bad option values, unusable output directory, unreadable input files,
+any dpopt error) print one line ``dpopt: error: ...`` on stderr and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import re
 import sys
+import warnings
 import webbrowser
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from dpopt.exceptions import DPOptError
 
 if TYPE_CHECKING:
+    import numpy as np
     from rich.console import Console
+
+    from dpopt.linear_queries import StrategyResult, Workload
 
 __all__ = ["main"]
 
@@ -26,6 +32,8 @@ DEFAULT_RUNS_DIR = "dpopt-runs"
 DEFAULT_TOUR_DIR = "dpopt-tour"
 _SEED_RE = re.compile(r"^(\d+)(?:-(\d+))?$")
 _MAX_SEEDS = 100_000
+_RANDOM_WORKLOADS = ("ranges", "bernoulli", "marginals", "related")
+_PER_QUERY_ROWS = 20
 
 
 class _UsageError(Exception):
@@ -171,11 +179,221 @@ def _cmd_tour(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------- linear queries
+
+
+def _nonneg_int(text: str) -> int:
+    if not re.fullmatch(r"\d+", text.strip()):
+        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a non-negative integer")
+    return int(text)
+
+
+def _load_workload(text: str) -> Workload:
+    """A workload from a file (if ``text`` names an existing file) or a spec such as ``prefix:n=64``."""
+    from dpopt.linear_queries import workloads
+
+    path = Path(text)
+    if path.is_file():
+        try:
+            return workloads.load(path)
+        except DPOptError:
+            raise
+        except (ValueError, EOFError, zipfile.BadZipFile) as exc:  # unparsable file contents
+            raise _UsageError(f"workload file {text}: could not read a numeric matrix ({exc})") from None
+    if ":" not in text and (path.suffix or "/" in text or "\\" in text):
+        raise _UsageError(f"workload file not found: {text}")
+    for part in text.split("*"):
+        name, _, rest = part.partition(":")
+        name = name.strip().lower().replace("-", "_")
+        keys = {item.partition("=")[0].strip() for item in rest.split(",")}
+        if name in _RANDOM_WORKLOADS and "seed" not in keys:
+            raise _UsageError(
+                f"workload spec {part.strip()!r}: a random workload needs a seed (e.g. "
+                f"'{part.strip()},seed=0') so that 'dpopt strategy' and 'dpopt answer' build the same queries"
+            )
+    return workloads.from_spec(text)
+
+
+def _load_histogram(text: str) -> np.ndarray[Any, Any]:
+    """Counts, one per cell, from ``.npy``, ``.csv`` (comma separated) or whitespace-separated text."""
+    import numpy as np
+
+    path = Path(text)
+    if not path.is_file():
+        raise _UsageError(f"histogram file not found: {text}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # numpy only warns on an empty text file
+            if path.suffix.lower() == ".npy":
+                x = np.load(path, allow_pickle=False)
+            else:
+                x = np.loadtxt(path, delimiter="," if path.suffix.lower() == ".csv" else None, ndmin=1)
+        x = np.asarray(x, dtype=np.float64)
+    except (ValueError, TypeError, EOFError, UserWarning) as exc:
+        raise _UsageError(f"histogram file {text}: could not read numeric counts ({exc})") from None
+    if x.ndim == 2 and 1 in x.shape:
+        x = x.reshape(-1)
+    if x.ndim != 1 or x.size == 0:
+        raise _UsageError(
+            f"histogram file {text}: expected one count per cell (a single row or column), got shape {x.shape}"
+        )
+    return x
+
+
+def _load_strategy(text: str, workload: Workload) -> StrategyResult:
+    from dpopt.linear_queries import StrategyResult
+
+    path = Path(text)
+    if not path.is_file():
+        raise _UsageError(f"strategy file not found: {text}")
+    try:
+        return StrategyResult.load(path, workload=workload)  # refuses a strategy for another workload
+    except DPOptError as exc:
+        raise _UsageError(
+            f"strategy file {text}: {exc}".replace(
+                "re-run optimize_strategy for this workload",
+                "make one with 'dpopt strategy WORKLOAD --out FILE'",
+            )
+        ) from None
+    except (ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
+        raise _UsageError(f"strategy file {text}: not a strategy saved by 'dpopt strategy' ({exc})") from None
+
+
+def _warn_lines(caught: list[warnings.WarningMessage]) -> None:
+    for w in caught:
+        print(f"{PROG}: warning: {' '.join(str(w.message).split())}", file=sys.stderr)
+
+
+def _optimize(workload: Workload, method: str, tol: float) -> StrategyResult:
+    from dpopt.linear_queries import optimize_strategy
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = optimize_strategy(workload, method=method, tol=tol)  # type: ignore[arg-type]
+    _warn_lines(caught)
+    return result
+
+
+def _cmd_strategy(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise _UsageError(f"--out {args.out}: is a directory; give a file name such as strategy.npz")
+    workload = _load_workload(args.workload)
+    result = _optimize(workload, args.method, args.tol)
+    saved = result.save(out)
+    table = Table(
+        title=f"strategy for {workload.name} (m={workload.n_queries}, n={workload.domain_size})",
+        title_justify="left",
+        show_header=False,
+    )
+    table.add_column("", style="bold")
+    table.add_column("", justify="right")
+    table.add_row("method", result.method)
+    table.add_row("objective", f"{result.objective:.6g}")
+    table.add_row("certified lower bound", f"{result.lower_bound:.6g}")
+    table.add_row("relative gap", f"{result.gap:.2e}")
+    table.add_row("iterations", str(result.n_iter))
+    table.add_row("CPU seconds", f"{result.cpu_seconds:.2f}")
+    table.add_row("status", result.status)
+    console = _console()
+    console.print(table)
+    console.print(f"saved: {saved}", markup=False)
+    return 0
+
+
+def _cmd_answer(args: argparse.Namespace) -> int:
+    import numpy as np
+    from rich.table import Table
+
+    from dpopt.accounting import Budget
+    from dpopt.exceptions import InvalidParameterError
+    from dpopt.linear_queries import answer, query_variances
+    from dpopt.linear_queries.mechanism import _check_histogram
+
+    out = Path(args.out)
+    if out.is_dir():
+        raise _UsageError(f"--out {args.out}: is a directory; give a file name such as answers.csv")
+    if not out.parent.is_dir():
+        raise _UsageError(f"--out {args.out}: directory {out.parent} does not exist")
+    budget = Budget(args.epsilon, args.delta)
+    if not budget.delta > 0:
+        raise _UsageError("--delta: the Gaussian matrix mechanism needs δ > 0")
+    workload = _load_workload(args.workload)
+    # answer() checks the histogram again; checking first avoids optimizing a strategy for nothing
+    try:
+        x = _check_histogram(_load_histogram(args.histogram), workload.domain_size, "integer")
+    except InvalidParameterError as exc:  # drop the API hint about counts='real' (not a CLI option)
+        message = str(exc).split("; pass counts=")[0].removeprefix("histogram: ")
+        raise _UsageError(f"histogram file {args.histogram}: {message}") from None
+    strategy = _load_strategy(args.strategy, workload) if args.strategy else _optimize(workload, "dual", 1e-4)
+    try:  # data independent, no privacy cost; computed before the release
+        variances: np.ndarray[Any, Any] | None = query_variances(workload, strategy, budget)
+    except InvalidParameterError as exc:
+        variances = None
+        _note(f"no per-query error: {exc}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = answer(
+            workload,
+            x,
+            budget=budget,
+            rng=args.seed,  # None: fresh OS entropy
+            strategy=strategy,
+            neighbouring=args.neighbouring,
+        )
+    _warn_lines(caught)
+    std: np.ndarray[Any, Any] | None = None
+    if variances is not None:
+        # query_variances calibrates for add/remove; rescale to the σ actually used (same total)
+        total = float(variances.sum())
+        scale = result.expected_error / total if total > 0 else 1.0
+        std = np.sqrt(variances * scale)
+    with out.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["query", "answer", "expected_std"])
+        for q, value in enumerate(result.values):
+            writer.writerow([q, repr(float(value)), "" if std is None else repr(float(std[q]))])
+
+    console = _console()
+    p = result.privacy
+    console.print(f"privacy spent: {p}", markup=False)
+    console.print(
+        f"expected total squared error: {result.expected_error:.6g} "
+        f"(per query {result.expected_error_per_query:.6g}, RMSE {np.sqrt(result.expected_error_per_query):.4g})",
+        markup=False,
+    )
+    console.print(
+        f"strategy: {result.strategy_method}; noise σ = {result.sigma:.6g} per strategy query; "
+        f"sensitivity {result.sensitivity:.6g} ({p.neighbouring})",
+        markup=False,
+    )
+    if result.bias > 1e-12:
+        _note(f"the workload is not in the strategy's row space (relative bias {result.bias:.3g})")
+    console.print(f"answers: {out} ({len(result.values)} queries)", markup=False)
+    if args.per_query and std is not None:
+        shown = min(_PER_QUERY_ROWS, len(std))
+        table = Table(
+            title=f"expected error per query (first {shown} of {len(std)})",
+            title_justify="left",
+        )
+        table.add_column("query", justify="right")
+        table.add_column("answer", justify="right")
+        table.add_column("expected std", justify="right")
+        table.add_column("expected squared error", justify="right")
+        for q in range(shown):
+            table.add_row(str(q), f"{result.values[q]:.6g}", f"{std[q]:.6g}", f"{std[q] ** 2:.6g}")
+        console.print(table)
+        console.print(f"{len(std)} queries; all rows are in {out}", markup=False)
+    return 0
+
+
 # --------------------------------------------------------------------------------------- parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (subcommands ``list``, ``reproduce``, ``report``, ``tour``)."""
+    """The argument parser (``list``, ``reproduce``, ``report``, ``tour``, ``strategy``, ``answer``)."""
     from dpopt import __version__
 
     parser = _Parser(
@@ -217,6 +435,72 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default=DEFAULT_TOUR_DIR, help=f"(default {DEFAULT_TOUR_DIR})")
     p.add_argument("--no-progress", action="store_true", help="do not show progress bars")
     p.set_defaults(func=_cmd_tour)
+
+    workload_help = (
+        "a workload spec such as 'prefix:n=256' or 'ranges:m=1024,n=512,seed=0' (random workloads "
+        "need seed=N), or a workload file (.npy, .npz, .csv, whitespace-separated text; one query per row)"
+    )
+    p = sub.add_parser(
+        "strategy",
+        help="optimize a linear-query strategy for a workload and save it (no data, no privacy cost)",
+    )
+    p.add_argument("workload", metavar="WORKLOAD", help=workload_help)
+    p.add_argument("--out", metavar="FILE", required=True, help="where to save the strategy (.npz)")
+    p.add_argument(
+        "--method",
+        choices=("dual", "paper", "newton"),
+        default="dual",
+        help="optimizer: dual (default, certified), paper (COA as published), newton",
+    )
+    p.add_argument(
+        "--tol", type=float, default=1e-4, metavar="TOL", help="target certified relative gap (default 1e-4)"
+    )
+    p.set_defaults(func=_cmd_strategy)
+
+    p = sub.add_parser(
+        "answer",
+        help="answer a workload on a histogram with the Gaussian matrix mechanism (spends the budget)",
+        description="Answer WORKLOAD on the counts in HISTOGRAM under (ε, δ)-DP. Every run is a new "
+        "release of the data and spends the budget again.",
+    )
+    p.add_argument("workload", metavar="WORKLOAD", help=workload_help)
+    p.add_argument(
+        "histogram",
+        metavar="HISTOGRAM",
+        help="the private counts, one non-negative integer per cell (.npy, .csv or whitespace-separated text)",
+    )
+    p.add_argument("--epsilon", type=float, required=True, metavar="E", help="privacy budget ε > 0")
+    p.add_argument("--delta", type=float, required=True, metavar="D", help="privacy budget 0 < δ < 1")
+    p.add_argument(
+        "--strategy",
+        metavar="FILE",
+        help="a strategy saved by 'dpopt strategy' for the same workload (default: optimize one now)",
+    )
+    p.add_argument(
+        "--neighbouring",
+        choices=("add_remove", "replace_one"),
+        default="add_remove",
+        help="neighbouring relation (default add_remove; replace_one roughly doubles the noise)",
+    )
+    p.add_argument(
+        "--seed",
+        type=_nonneg_int,
+        metavar="N",
+        help="seed of the noise, for reproducibility only (a known seed lets anyone remove the noise); "
+        "default: fresh OS entropy",
+    )
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        default="answers.csv",
+        help="CSV of the noisy answers: query, answer, expected_std (default answers.csv)",
+    )
+    p.add_argument(
+        "--per-query",
+        action="store_true",
+        help=f"print the expected error of the first {_PER_QUERY_ROWS} queries",
+    )
+    p.set_defaults(func=_cmd_answer)
     return parser
 
 
@@ -232,7 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            raise _UsageError("a command is required: list, reproduce, report or tour (see 'dpopt --help')")
+            raise _UsageError(
+                "a command is required: list, reproduce, report, tour, strategy or answer (see 'dpopt --help')"
+            )
         return int(args.func(args))
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
