@@ -302,3 +302,15 @@ def test_pld_pure_dp_query_is_not_underestimated() -> None:
     gauss = make_accountant("pld")
     gauss.compose(GaussianEvent(3.0))
     assert math.isinf(gauss.epsilon(0.0))
+
+
+def test_verification_cache_follows_the_ledger() -> None:
+    acct = BasicAccountant()
+    acct.compose(gaussian_event(0.5, 1e-6))
+    first = acct.spent(1e-5).verified_epsilon
+    assert acct.spent(1e-5).verified_epsilon == first
+    other = acct.fresh()
+    other.compose(LaplaceEvent(1.0))  # same ledger length, different event
+    assert other.spent(1e-5).verified_epsilon == pytest.approx(1.0, abs=1e-3)
+    acct.compose(gaussian_event(0.5, 1e-6))
+    assert acct.spent(1e-5).verified_epsilon > first

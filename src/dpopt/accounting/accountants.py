@@ -253,6 +253,7 @@ class Accountant(ABC):
         """An empty accountant of the same kind and settings."""
         new = copy.copy(self)
         new._ledger, new._notes, new._state = [], [], self._empty_state()
+        new.__dict__.pop("_verify_cache", None)  # cached verification belongs to the old ledger
         return new
 
     def _delta_or_budget(self, delta: float | None) -> float:
@@ -388,6 +389,15 @@ class _PaperAccountant(Accountant):
     def _verify(self, delta: float) -> float | None:
         if not self.verify:
             return None
+        key = (len(self._ledger), delta)
+        cached = getattr(self, "_verify_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        value = self._verify_uncached(delta)
+        self._verify_cache = (key, value)
+        return value
+
+    def _verify_uncached(self, delta: float) -> float | None:
         # Composition commutes: group identical entries so each distinct event is self-composed once.
         shadow = PldAccountant(neighbouring=self.neighbouring)
         try:

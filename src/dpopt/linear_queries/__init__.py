@@ -22,6 +22,7 @@ True
 """
 
 from dpopt.linear_queries import baselines, workloads
+from dpopt.linear_queries.dawa import DawaResult, dawa
 from dpopt.linear_queries.mechanism import (
     Answers,
     answer,
@@ -43,10 +44,12 @@ from dpopt.linear_queries.workloads import Workload
 __all__ = [
     "Answers",
     "COAParams",
+    "DawaResult",
     "StrategyResult",
     "Workload",
     "answer",
     "baselines",
+    "dawa",
     "dual_lower_bound",
     "evaluate_strategy",
     "expected_error",

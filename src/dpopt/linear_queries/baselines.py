@@ -17,7 +17,7 @@
 * ``"esm"`` (ESM, exponential smoothing): spectral projected gradient on the smoothed program
   (spec A.12; μ, schedule and initialization are ours, see :func:`exponential_smoothing`).
 
-DAWA (ε-DP, data dependent) is not implemented.
+DAWA (ε-DP, data dependent) lives in :mod:`dpopt.linear_queries.dawa` (it needs the histogram).
 """
 
 from __future__ import annotations
