@@ -287,10 +287,10 @@ def test_summarize_mean_and_spread() -> None:
     out = rec_mod.summarize(rows, "v", by="m")
     assert [r["m"] for r in out] == ["a", "b"]
     a, b = out
-    assert (a["mean"], a["n"], a["min"], a["max"]) == (2.0, 2, 1.0, 3.0)
+    assert (a["mean"], a["count"], a["min"], a["max"]) == (2.0, 2, 1.0, 3.0)
     assert a["std"] == pytest.approx(math.sqrt(2.0))
     assert a["sem"] == pytest.approx(1.0)
-    assert (b["mean"], b["std"], b["n"]) == (5.0, 0.0, 1)
+    assert (b["mean"], b["std"], b["count"]) == (5.0, 0.0, 1)
     assert rec_mod.select(rows, m="a", x=[1]) == rows[:2]
     assert list(rec_mod.group_by(rows, ("m", "x"))) == [("a", 1), ("a", 2), ("b", 1)]
 
@@ -346,3 +346,11 @@ def test_report_flags_unfinished_run_and_missing_runs(demo: registry.Experiment,
     (tmp_path / "empty").mkdir()
     with pytest.raises(InvalidParameterError, match="no run directories"):
         write_report(tmp_path / "empty")
+
+
+def test_summarize_keeps_a_grouping_field_named_n() -> None:
+    # regression: the sample count used to be stored under "n" and overwrote an x field called n
+    from dpopt.experiments.records import summarize
+
+    rows = summarize([{"n": 32, "e": 1.0}, {"n": 32, "e": 3.0}, {"n": 64, "e": 5.0}], "e", ("n",))
+    assert sorted((r["n"], r["count"], r["mean"]) for r in rows) == [(32, 2, 2.0), (64, 1, 5.0)]

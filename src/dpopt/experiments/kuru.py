@@ -296,7 +296,7 @@ def tables(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[dict[st
                 "β": r["beta"],
                 "final f - f*": float(f"{r['mean']:.4g}"),
                 "spread (std)": float(f"{r['std']:.3g}"),
-                "reps": r["n"],
+                "reps": r["count"],
             }
         )
     return [("Final objective error and privacy (claimed vs true)", out)]

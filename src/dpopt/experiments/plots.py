@@ -108,7 +108,7 @@ def draw_lines(
             raise InvalidParameterError(f"draw_lines: x field {x!r} must be numeric; use draw_bars") from None
         means = np.array([r["mean"] for r in pts])
         (line,) = ax.plot(xs, means, marker=marker, markersize=3.5, label=_label(group_keys, key) or None)
-        if spread is not None and any(r["n"] > 1 for r in pts):
+        if spread is not None and any(r["count"] > 1 for r in pts):
             lo, hi = np.array([_band(r, spread) for r in pts]).T
             if logy:
                 lo = np.where(lo > 0, lo, np.nan)

@@ -254,7 +254,7 @@ def summarize(
 
     Records without ``value`` (or with ``value`` None) are ignored.  Each output row holds the
     ``by`` fields and ``mean``, ``std`` (sample standard deviation, 0 for a single repetition),
-    ``sem`` (standard error of the mean), ``min``, ``max`` and ``n``.  Rows are sorted by the group key.
+    ``sem`` (standard error of the mean), ``min``, ``max`` and ``count`` (number of values; not ``n``, which is a common record field).  Rows are sorted by the group key.
     """
     keys = _keys(by)
     usable = [r for r in records if r.get(value) is not None]
@@ -273,7 +273,7 @@ def summarize(
             sem=std / math.sqrt(n),
             min=float(np.min(vals)),
             max=float(np.max(vals)),
-            n=int(n),
+            count=int(n),
         )
         rows.append(row)
     return rows

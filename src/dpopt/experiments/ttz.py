@@ -411,7 +411,7 @@ def tables_e4(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[dict
             "true ε": round(true_eps[(r["solver"], r["calibration"], r["target_epsilon"])], 3),
             "mean excess": f"{r['mean']:.3g}",
             "± sem": f"{r['sem']:.2g}",
-            "runs": r["n"],
+            "runs": r["count"],
         }
         for r in rows
     ]
