@@ -261,20 +261,8 @@ def _answer_residual(
     Ax = sum(math.sqrt(xT) * kron_apply(P, x) for P, xT in projectors)
     z = np.atleast_1d(mech.release(np.asarray(Ax), rng=rng, accountant=acct, label="matrix-mechanism"))
     x_hat = np.asarray(sum(kron_apply(P, z) / math.sqrt(xT) for P, xT in projectors))
-    values = workload.answer(x_hat)
     expected = mech.sigma**2 * result.objective / add_remove**2
-    return Answers(
-        values=values,
-        histogram_estimate=x_hat,
-        expected_error=expected,
-        expected_error_per_query=expected / workload.n_queries,
-        sigma=mech.sigma,
-        sensitivity=sens,
-        privacy=acct.spent(),
-        calibration=calibration,
-        strategy_method=result.method,
-        bias=result.bias,
-    )
+    return _answers(workload, x_hat, expected, mech, sens, acct, calibration, result)
 
 
 def _answer_product(
@@ -302,20 +290,8 @@ def _answer_product(
         mech.release(kron_apply(factors, x), rng=rng, accountant=acct, label="matrix-mechanism")
     )
     x_hat = kron_apply([np.linalg.pinv(A, rcond=rcond) for A in factors], z)
-    values = workload.answer(x_hat)
     expected = mech.sigma**2 * result.objective / add_remove**2
-    return Answers(
-        values=values,
-        histogram_estimate=x_hat,
-        expected_error=expected,
-        expected_error_per_query=expected / workload.n_queries,
-        sigma=mech.sigma,
-        sensitivity=sens,
-        privacy=acct.spent(),
-        calibration=calibration,
-        strategy_method=result.method,
-        bias=result.bias,
-    )
+    return _answers(workload, x_hat, expected, mech, sens, acct, calibration, result)
 
 
 def _release(
@@ -335,12 +311,25 @@ def _release(
     U, s, Pt = sla.svd(A, full_matrices=False, lapack_driver="gesdd")
     keep = s > rcond * s[0]
     x_hat = Pt[keep].T @ ((U[:, keep].T @ z) / s[keep])
-    values = workload.answer(x_hat)
     proj = np.einsum("ij,jk,ik->i", Pt[keep], workload.gram(), Pt[keep])
     unit_error = float(np.sum(proj / s[keep] ** 2))
     expected = mech.sigma**2 * unit_error
+    return _answers(workload, x_hat, expected, mech, sens, accountant, calibration, result)
+
+
+def _answers(
+    workload: Workload,
+    x_hat: FloatArray,
+    expected: float,
+    mech: GaussianMechanism,
+    sens: float,
+    accountant: Accountant,
+    calibration: str,
+    result: StrategyResult,
+) -> Answers:
+    """The common result of every release path: answers are post-processing of ``x_hat``."""
     return Answers(
-        values=values,
+        values=workload.answer(x_hat),
         histogram_estimate=x_hat,
         expected_error=expected,
         expected_error_per_query=expected / workload.n_queries,

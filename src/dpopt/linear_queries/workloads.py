@@ -21,6 +21,7 @@ their parameters in :attr:`Workload.params`.
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import math
 from collections.abc import Sequence
@@ -66,7 +67,7 @@ __all__ = [
 FloatArray = NDArray[np.float64]
 
 
-class Workload:
+class Workload(abc.ABC):
     """Base class: an implicit ``m x n`` workload matrix ``W``.
 
     Subclasses implement :meth:`_gram`, :meth:`_matvec` and :meth:`_column_abs_sums`; dense
@@ -92,14 +93,14 @@ class Workload:
         self._fingerprint: str | None = None
 
     # ------------------------------------------------------------------ to implement
-    def _gram(self) -> FloatArray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _gram(self) -> FloatArray: ...
 
-    def _matvec(self, x: FloatArray) -> FloatArray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _matvec(self, x: FloatArray) -> FloatArray: ...
 
-    def _column_abs_sums(self) -> FloatArray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _column_abs_sums(self) -> FloatArray: ...
 
     # ------------------------------------------------------------------ public interface
     @property
