@@ -80,6 +80,9 @@ def test_unknown_experiment_is_one_line_error(demo: str, capsys: pytest.CaptureF
         ["reproduce", "cli-demo", "--seeds", "5-2"],
         ["reproduce", "cli-demo", "--seeds", "1", "1"],
         ["reproduce", "cli-demo", "--resume", "--overwrite"],
+        ["reproduce", "cli-demo", "--set", "n"],
+        ["reproduce", "cli-demo", "--set", "m=3"],
+        ["reproduce", "cli-demo", "--set", "n=three"],
         ["report"],
         ["frobnicate"],
         [],
@@ -124,6 +127,52 @@ def test_reproduce_writes_records_figure_and_report(
     assert "skipped seeds already completed: 0" in capsys.readouterr().out
     seeds = [json.loads(line)["seed"] for line in (out / "records.jsonl").read_text().splitlines()]
     assert sorted(set(seeds)) == [0, 1, 2, 5, 6] and len(seeds) == 5 * 4
+
+
+def test_set_overrides_the_configuration(
+    demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    assert (
+        main(["reproduce", "cli-demo", "--set", "n=5", "--out", str(out), "--no-report", "--no-progress"])
+        == 0
+    )
+    assert len((out / "records.jsonl").read_text().splitlines()) == 5
+    assert json.loads((out / "config.json").read_text())["config"] == {"n": 5}
+    # resuming with a different setting is refused: the stored config no longer matches
+    assert main(["reproduce", "cli-demo", "--set", "n=6", "--out", str(out), "--resume"]) == 2
+    assert "differs" in _one_error_line(capsys.readouterr().err)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Many:
+    flag: bool = False
+    rate: float = 0.5
+    names: tuple[str, ...] = ("a",)
+    sizes: tuple[int, ...] = (1, 2)
+    label: str = "x"
+    limit: float | None = None
+
+
+def test_override_config_parses_like_the_field() -> None:
+    got = registry.override_config(
+        _Many(),
+        {
+            "flag": "true",
+            "rate": "1e-3",
+            "names": "b, c",
+            "sizes": "4,8",
+            "label": "movielens:/d/r.dat",
+            "limit": "none",
+        },
+    )
+    assert got == _Many(True, 1e-3, ("b", "c"), (4, 8), "movielens:/d/r.dat", None)
+    assert registry.override_config(_Many(), {"limit": "25"}).limit == 25
+    assert registry.override_config(_Many(), {"sizes": (3,)}).sizes == (3,)  # non-strings used as given
+    with pytest.raises(registry.InvalidParameterError, match="did you mean 'rate'"):
+        registry.override_config(_Many(), {"rte": "1"})
+    with pytest.raises(registry.InvalidParameterError, match="expected bool"):
+        registry.override_config(_Many(), {"flag": "maybe"})
 
 
 def test_report_command(demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -103,6 +103,13 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
 def _cmd_reproduce(args: argparse.Namespace) -> int:
     from dpopt.experiments import registry
     from dpopt.experiments.report import write_report
@@ -123,6 +130,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         resume=args.resume,
         overwrite=args.overwrite,
+        overrides=dict(args.set),
     )
     console = _console()
     if result.skipped_seeds:
@@ -424,6 +432,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a previous run in DIR")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     p.add_argument("--no-report", action="store_true", help="do not write DIR/index.html")
+    p.add_argument(
+        "--set",
+        action="append",
+        type=_setting,
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one setting of the configuration, e.g. '--set dataset=movielens:ratings.dat' or "
+        "'--set threads=1,2' (repeatable; lists are comma-separated; the settings are in the run's config.json)",
+    )
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("report", help="write DIR/index.html for the runs found in DIR")

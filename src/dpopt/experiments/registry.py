@@ -39,6 +39,7 @@ __all__ = [
     "all_experiments",
     "get",
     "names",
+    "override_config",
     "register",
     "skipped_modules",
     "tour_names",
@@ -156,14 +157,86 @@ class Experiment:
         """The first line of the description."""
         return self.description.strip().splitlines()[0].strip()
 
-    def config(self, scale: str) -> Config:
-        """The configuration for ``scale`` (``"quick"`` or ``"paper"``, or any extra scale defined)."""
+    def config(self, scale: str, overrides: Mapping[str, Any] | None = None) -> Config:
+        """The configuration for ``scale`` (``"quick"`` or ``"paper"``, or any extra scale defined).
+
+        ``overrides`` replaces fields of that configuration (see :func:`override_config`).
+        """
         try:
-            return self.configs[scale]
+            config = self.configs[scale]
         except KeyError:
             raise InvalidParameterError(
                 f"scale: {self.name} has no scale {scale!r}; choose one of {', '.join(self.configs)}"
             ) from None
+        return override_config(config, overrides or {}, where=self.name)
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _coerce(text: str, like: Any, key: str) -> Any:
+    """Parse ``text`` as a value of the same kind as the field's current value ``like``."""
+    t = text.strip()
+    if t.lower() == "none":
+        return None
+    try:
+        if isinstance(like, bool):
+            if t.lower() in _TRUE + _FALSE:
+                return t.lower() in _TRUE
+            raise ValueError
+        if isinstance(like, int):
+            return int(t)
+        if isinstance(like, float):
+            return float(t)
+        if isinstance(like, tuple):
+            items = [u for u in (v.strip() for v in t.split(",")) if u]
+            return tuple(_coerce(u, like[0], key) if like else _number_or_text(u) for u in items)
+        if like is None:
+            return _number_or_text(t)
+    except ValueError:
+        kind = "a comma-separated list" if isinstance(like, tuple) else type(like).__name__
+        raise InvalidParameterError(f"--set {key}: expected {kind}, got {text!r}") from None
+    return t
+
+
+def _number_or_text(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def override_config(config: Config, overrides: Mapping[str, Any], *, where: str = "config") -> Config:
+    """A copy of the frozen dataclass ``config`` with the fields in ``overrides`` replaced.
+
+    String values are parsed like the field's current value (``int``, ``float``, ``bool`` as
+    ``true``/``false``, tuples as comma-separated lists, ``none`` for ``None``); other values are
+    used as given.  This is how ``dpopt reproduce NAME --set dataset=movielens:ratings.dat`` points
+    a reproduction at a user's own copy of a data set.
+
+    Raises
+    ------
+    InvalidParameterError
+        For a field the configuration does not have (the message lists the fields) or a value
+        that does not parse.
+    """
+    if not overrides:
+        return config
+    fields = {f.name for f in dataclasses.fields(config)}
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), sorted(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidParameterError(
+                f"--set: {where} has no setting {key!r}{hint}; settings: {', '.join(sorted(fields))}"
+            )
+        like = getattr(config, key)
+        changes[key] = _coerce(value, like, key) if isinstance(value, str) else value
+    return dataclasses.replace(config, **changes)
 
 
 def _ensure_loaded() -> None:

@@ -204,6 +204,7 @@ def run_experiment(
     progress: bool | ProgressCallback = True,
     resume: bool = False,
     overwrite: bool = False,
+    overrides: Mapping[str, Any] | None = None,
 ) -> RunResult:
     """Run experiment ``name`` at ``scale`` for each seed and write its records and figures to ``out_dir``.
 
@@ -220,6 +221,10 @@ def run_experiment(
         Continue a run in ``out_dir``: seeds already completed are skipped, records of a seed that
         was interrupted are dropped and the seed is rerun.  The experiment, scale and config must
         match the stored ``config.json``.
+    overrides
+        Replace fields of the scale's configuration (strings are parsed like the field's value;
+        see :func:`dpopt.experiments.registry.override_config`).  The resulting configuration is
+        what ``config.json`` stores and what ``resume`` compares.
     overwrite
         Delete a previous run's files in ``out_dir`` first.  Without ``resume`` or ``overwrite``, a
         directory that already holds a run is an error.
@@ -231,7 +236,7 @@ def run_experiment(
         using a reserved key, or a stored run that does not match when resuming.
     """
     experiment = registry.get(name)
-    config = experiment.config(scale)
+    config = experiment.config(scale, overrides)
     seeds = check_seeds(seeds)
     if resume and overwrite:
         raise InvalidParameterError("resume and overwrite are mutually exclusive")
