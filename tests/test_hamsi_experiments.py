@@ -72,3 +72,29 @@ def test_balance_records(tmp_path: Path) -> None:
     assert len(colour_rows) == 2
     assert len(rows) == 8
     assert all(p.is_file() for p in exp._plot_balance(records, tmp_path))
+
+
+def test_variants_run_hamsi_both_ways_and_tables_flag_divergence() -> None:
+    cfg = exp.RunConfig(
+        dataset="synthetic",
+        rank=4,
+        schemes=("strata-b",),
+        schedules=("det",),
+        threads=(1,),
+        time_budget=None,
+        max_epochs=3,
+        variants=("reference", "dpopt"),
+    )
+    finals = [r | {"repetition": 0} for r in exp._runs(cfg, np.random.default_rng(0)) if r.get("final")]
+    assert sorted((r["algorithm"], r["variant"]) for r in finals) == [
+        ("hamsi", "dpopt"),
+        ("hamsi", "reference"),
+        ("mbgd", "reference"),  # mb-GD has no HAMSI settings: run once
+    ]
+    # a diverged run is flagged in the table, not averaged silently
+    flagged = [dict(r, status="diverged") if r["variant"] == "dpopt" else r for r in finals]
+    rows = {(r["algorithm"], r["variant"]): r for r in exp._table31(flagged)[0][1]}
+    assert rows[("hamsi", "dpopt")]["strata-b"].endswith("(1/1 diverged)")
+    assert isinstance(rows[("hamsi", "reference")]["strata-b"], float)
+    with pytest.raises(ValueError, match="variants"):
+        list(exp._runs(exp.RunConfig(variants=("fast",)), np.random.default_rng(0)))
