@@ -278,6 +278,26 @@ def test_callback_and_progress():
 
     res = optimize_strategy(wl.random_ranges(40, 20, rng=0), tol=0.0, callback=stop_at_two, warn=False)
     assert res.status == "stopped_by_callback" and seen == [1, 2]
+
+
+@pytest.mark.parametrize("method", ["dual", "paper", "newton"])
+def test_callback_sees_each_iterate_strategy(method):
+    W = wl.random_ranges(30, 12, rng=3)
+    V = W.gram()
+    got = []
+    res = optimize_strategy(
+        W,
+        method=method,
+        max_iter=4,
+        warn=False,
+        callback=lambda info: got.append((info["objective"], info["strategy"])),
+    )
+    assert len(got) == len(res.history) >= 1
+    for objective, A in got:
+        assert A.shape[1] == 12 and np.max(np.sum(A**2, axis=0)) <= 1 + 1e-12
+        # the iterate's exact error equals the objective the history reports for it
+        assert strategy_error(A, V)[0] == pytest.approx(objective, rel=1e-6)
+    assert "strategy" not in res.history[-1]  # iterates are not kept in the result
     assert optimize_strategy(wl.prefix(8), progress=True).converged
 
 

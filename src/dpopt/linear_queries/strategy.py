@@ -495,7 +495,7 @@ def _solve_dual(
     max_time: float | None,
     memory: int,
     exponent: float,
-    callback: Callable[[dict[str, Any]], Any] | None,
+    callback: _IterateCallback | None,
     w: FloatArray,
     Q: FloatArray,
 ) -> tuple[FloatArray, float, float, str, int, list[dict[str, Any]]]:
@@ -537,7 +537,7 @@ def _solve_dual(
             "cpu_seconds": time.process_time() - t0,
         }
         history.append(rec)
-        if callback is not None and callback(dict(rec)):
+        if callback is not None and best_A is not None and callback(dict(rec), best_A):
             status = "stopped_by_callback"
             break
         if gap <= tol:
@@ -593,7 +593,7 @@ def _primal_newton(
     tol: float,
     first_gradient: bool,
     history: list[dict[str, Any]],
-    callback: Callable[[dict[str, Any]], Any] | None,
+    callback: _IterateCallback | None,
     max_time: float | None,
     t0: float,
     k0: int = 0,
@@ -658,7 +658,7 @@ def _primal_newton(
             rec["lower_bound"] = best_lb
             rec["gap"] = (obj - best_lb) / best_lb if best_lb > 0 else math.inf
         history.append(rec)
-        if callback is not None and callback(dict(rec)):
+        if callback is not None and callback(dict(rec), _strategy_from_X(X)):
             status = "stopped_by_callback"
             break
         if certify and rec["gap"] <= tol:
@@ -671,6 +671,19 @@ def _primal_newton(
             status = "max_time"
             break
     return X, status, k, best_lb
+
+
+_IterateCallback = Callable[[dict[str, Any], FloatArray], Any]
+
+
+def _embed(A_s: FloatArray, support: NDArray[np.intp], n_full: int) -> FloatArray:
+    """The strategy on the full domain: zero columns off ``support``, column norms at most one."""
+    A = np.zeros((A_s.shape[0], n_full))
+    A[:, support] = A_s
+    col = float(np.max(np.sum(A_s**2, axis=0)))
+    if col > 1.0:
+        A /= math.sqrt(col)
+    return A
 
 
 def _strategy_from_X(X: FloatArray) -> FloatArray:
@@ -713,7 +726,9 @@ def optimize_strategy(
     anderson_memory : int, default 5
         Anderson-mixing memory of the dual method (0 = plain fixed point).
     callback : callable, optional
-        Called with a dict per iteration; return True to stop.
+        Called with a dict per iteration (the history record plus ``"strategy"``, the current
+        iterate as an array of shape (p, n) with column norms at most one; for ``"dual"`` the best
+        strategy so far); return True to stop.
     max_memory : float, optional
         Memory limit in bytes (default: the available physical memory).  The optimizer refuses,
         with its estimate, when it would need more.
@@ -890,6 +905,13 @@ def _optimize(
     svd_bound = float(np.sqrt(w).sum() ** 2 / n)
     history: list[dict[str, Any]] = []
     run_params: dict[str, Any] = {"tol": tol}
+    user_callback = callback
+
+    def with_iterate(rec: dict[str, Any], A_it: FloatArray) -> Any:
+        assert user_callback is not None
+        return user_callback({**rec, "strategy": _embed(A_it, support, n_full)})
+
+    inner = None if user_callback is None else with_iterate
     if method == "dual":
         iters = 500 if max_iter is None else check_int(max_iter, "max_iter")
         A_s, obj, dual_lb, status, n_iter, history = _solve_dual(
@@ -899,7 +921,7 @@ def _optimize(
             max_time=max_time,
             memory=check_int(anderson_memory, "anderson_memory", minimum=0),
             exponent=2.0,
-            callback=callback,
+            callback=inner,
             w=w,
             Q=Q,
         )
@@ -937,7 +959,7 @@ def _optimize(
                     tol=tol,
                     first_gradient=params.first_step_gradient,
                     history=history,
-                    callback=callback,
+                    callback=inner,
                     max_time=max_time,
                     t0=t0,
                     k0=n_iter,
@@ -965,7 +987,7 @@ def _optimize(
                 tol=tol,
                 first_gradient=False,
                 history=history,
-                callback=callback,
+                callback=inner,
                 max_time=max_time,
                 t0=t0,
             )
@@ -979,11 +1001,7 @@ def _optimize(
     cpu, wall = time.process_time() - t0, time.perf_counter() - w0
 
     # embed into the full domain (unmeasured cells get zero columns) and evaluate exactly
-    A = np.zeros((A_s.shape[0], n_full))
-    A[:, support] = A_s
-    col = float(np.max(np.sum(A_s**2, axis=0)))
-    if col > 1.0:
-        A /= math.sqrt(col)
+    A = _embed(A_s, support, n_full)
     if n <= _VERIFY_LIMIT:
         exact, bias = strategy_error(A_s, V)  # independent re-evaluation (one SVD of A)
     else:  # the SVD would cost more than the optimization; obj is exact for these strategies
