@@ -12,10 +12,10 @@ from dpopt.datasets import load_movielens, make_low_rank_ratings
 from dpopt.distributed.partition import make_partition, strata_b
 from dpopt.exceptions import InvalidParameterError
 from dpopt.matrix_factorization import MatrixFactorizationProblem, split_ratings
-from dpopt.solvers import hamsi as hamsi_module
 from dpopt.solvers.hamsi import (
     CompactLBFGS,
     HamsiResult,
+    _execution,
     hamsi,
     hamsi_dense,
     hamsi_distributed,
@@ -166,7 +166,7 @@ def synth() -> MatrixFactorizationProblem:
 def test_serial_and_parallel_iterates_are_identical(
     synth: MatrixFactorizationProblem, scheme: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(hamsi_module, "_PARALLEL_WORK", 0)  # run even these small subsets in parallel
+    monkeypatch.setattr(_execution, "_PARALLEL_WORK", 0)  # run even these small subsets in parallel
     part = None if scheme is None else make_partition(synth.ratings, scheme, n_subsets=4, n_threads=2, rng=5)
     kw = dict(max_epochs=12, rng=3, memory=3, schedule="det")
     r1 = hamsi(synth, part, n_threads=1, **kw)  # type: ignore[arg-type]

@@ -1,0 +1,362 @@
+"""Shared-memory execution of HAMSI and mb-GD: the kernel layout of every subset (``_plan``), the
+subset gradient, the resolution of the ``partition`` argument and the outer/inner loop (``_run``)."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from dpopt._validation import check_int, check_nonneg, check_positive
+from dpopt.datasets import Ratings
+from dpopt.distributed.partition import Partition, make_partition
+from dpopt.exceptions import InvalidParameterError
+from dpopt.randomness import RNGLike, as_generator, spawn
+from dpopt.solvers import _mf_kernels as _k
+from dpopt.solvers.hamsi.lbfgs import CompactLBFGS
+from dpopt.solvers.hamsi.result import HamsiResult
+from dpopt.solvers.hamsi.schedule import subset_schedule
+
+if TYPE_CHECKING:
+    from dpopt.matrix_factorization import MatrixFactorizationProblem
+
+_PARALLEL_WORK = 1_000_000  # ratings x rank below which a subset's gradient runs serially
+
+Float = NDArray[np.float64]
+
+
+# ============================================================================ execution plan
+@dataclass
+class _Subset:
+    rows: NDArray[np.int64]
+    cols: NDArray[np.int64]
+    vals: Float
+    ptr: NDArray[np.int64]  # block pointers, stratum by stratum
+    n_strata: int
+    reg: float  # share of the l2 term
+    sse: Float
+    parallel: bool
+
+
+def _plan(problem: MatrixFactorizationProblem, part: Partition, n_threads: int) -> list[_Subset]:
+    """Kernel layout of every subset (independent of the thread count).
+
+    Variable-disjoint blocks (STRATA, STRATA-B) form one stratum processed block-parallel; any other
+    subset is laid out on the problem's ``grid x grid`` stratified layout.
+    """
+    rt = problem.ratings
+    out = []
+    n = problem.n_ratings
+    for blocks in part.blocks:
+        idx = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+        if part.disjoint_blocks and len(blocks) >= 2:
+            ptr = np.concatenate(([0], np.cumsum([b.shape[0] for b in blocks]))).astype(np.int64)
+            n_strata = 1
+        else:
+            order, ptr = _k.stratify(rt.rows[idx], rt.cols[idx], problem.row_cuts, problem.col_cuts)
+            idx = idx[order]
+            n_strata = problem.grid
+        out.append(
+            _Subset(
+                rows=np.ascontiguousarray(rt.rows[idx], dtype=np.int64),
+                cols=np.ascontiguousarray(rt.cols[idx], dtype=np.int64),
+                vals=np.ascontiguousarray(rt.values[idx], dtype=np.float64),
+                ptr=ptr,
+                n_strata=n_strata,
+                reg=problem.l2 * idx.shape[0] / n,
+                sse=np.zeros(max(ptr.shape[0] - 1, 1)),
+                parallel=n_threads > 1 and idx.shape[0] * problem.rank >= _PARALLEL_WORK,
+            )
+        )
+    return out
+
+
+def _subset_gradient(
+    run: _k.BlockRunner, sub: _Subset, U: Float, V: Float, x: Float, g: Float, gU: Float, gV: Float, w: float
+) -> float:
+    g.fill(0.0)
+    if sub.rows.shape[0]:
+        # small subsets run serially (identical bits, no thread rendezvous per stratum)
+        run(
+            U,
+            V,
+            sub.rows,
+            sub.cols,
+            sub.vals,
+            sub.ptr,
+            sub.n_strata,
+            w,
+            gU,
+            gV,
+            sub.sse,
+            parallel=sub.parallel,
+        )
+    if sub.reg:
+        g += sub.reg * x
+    return float(sub.sse.sum())
+
+
+def _resolve_partition(
+    problem: MatrixFactorizationProblem,
+    partition: Partition | str | None,
+    n_subsets: int,
+    n_threads: int,
+    rng: RNGLike,
+) -> Partition:
+    n = problem.n_ratings
+    if partition is None:
+        return Partition("full", n, ((np.arange(n, dtype=np.int64),),), disjoint_blocks=True)
+    if isinstance(partition, str):
+        return make_partition(problem.ratings, partition, n_subsets=n_subsets, n_threads=n_threads, rng=rng)
+    if not isinstance(partition, Partition):
+        raise InvalidParameterError("partition: expected a Partition, a scheme name or None")
+    if partition.n_functions != n:
+        raise InvalidParameterError(
+            f"partition: covers {partition.n_functions} functions but the problem has {n} ratings; build "
+            "it on problem.ratings"
+        )
+    return partition
+
+
+def _run(
+    problem: MatrixFactorizationProblem,
+    partition: Partition | str | None,
+    *,
+    method: str,
+    schedule: str,
+    eta: float,
+    gamma: float,
+    eta_gd: float,
+    gamma_gd: float,
+    memory: int,
+    beta_counter: str,
+    beta_floor: float,
+    sigma_mode: Literal["thesis", "running_min"],
+    sigma0: float,
+    curvature: Literal["relative", "reference", "thesis"],
+    curvature_tol: float | None,
+    safeguard: bool,
+    restart_growth: float,
+    max_epochs: int,
+    time_budget: float | None,
+    n_threads: int,
+    backend: str,
+    n_subsets: int,
+    init: tuple[Any, Any] | None,
+    init_scale: float,
+    test: Ratings | None,
+    eval_every: int,
+    rng: RNGLike,
+) -> HamsiResult:
+    from dpopt.matrix_factorization import MatrixFactorizationProblem
+
+    if not isinstance(problem, MatrixFactorizationProblem):
+        raise InvalidParameterError(
+            "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
+        )
+    if schedule not in ("det", "stoc"):
+        raise InvalidParameterError("schedule: must be 'det' (cyclic shift) or 'stoc' (shuffling)")
+    if beta_counter not in ("outer", "inner"):
+        raise InvalidParameterError("beta_counter: must be 'outer' (thesis) or 'inner' (reference code)")
+    eta = check_positive(eta, "eta")
+    gamma = check_positive(gamma, "gamma")
+    eta_gd = check_positive(eta_gd, "eta_gd")
+    gamma_gd = check_positive(gamma_gd, "gamma_gd")
+    memory = check_int(memory, "memory")
+    beta_floor = check_nonneg(beta_floor, "beta_floor")
+    restart_growth = check_positive(restart_growth, "restart_growth")
+    gd_floor = beta_floor if method == "mbgd" else 0.0  # HAMSI's warm-up uses the raw mb-GD schedule
+    max_epochs = check_int(max_epochs, "max_epochs", minimum=0)
+    budget = math.inf if time_budget is None else check_positive(time_budget, "time_budget")
+    n_threads = check_int(n_threads, "n_threads")
+    n_subsets = check_int(n_subsets, "n_subsets")
+    eval_every = check_int(eval_every, "eval_every")
+    if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
+        raise InvalidParameterError(
+            f"test: expected a Ratings of shape {problem.shape} (same users and items)"
+        )
+    r_init, r_sched, r_part = (as_generator(c) for c in spawn(rng, ["init", "schedule", "partition"]))
+
+    part = _resolve_partition(problem, partition, n_subsets, n_threads, r_part)
+    K = part.n_subsets
+    if init is None:
+        U0, V0 = problem.init_factors(rng=r_init, scale=init_scale)
+    else:
+        if not isinstance(init, tuple | list) or len(init) != 2:
+            raise InvalidParameterError("init: expected a pair (U0, V0) or None")
+        U0, V0 = init
+    x = problem.pack(U0, V0)
+    if not np.all(np.isfinite(x)):
+        raise InvalidParameterError("init: contains NaN or infinite entries")
+    U, V = problem.unpack(x)
+    g = np.zeros_like(x)
+    gU, gV = problem.unpack(g)
+    w = problem.weight
+    lbfgs = (
+        CompactLBFGS(
+            x.shape[0],
+            memory,
+            sigma_mode=sigma_mode,
+            sigma0=sigma0,
+            curvature=curvature,
+            curvature_tol=curvature_tol,
+        )
+        if method == "hamsi"
+        else None
+    )
+    timings = {"gradient": 0.0, "update": 0.0, "hessian": 0.0}
+    hist_t: list[float] = []
+    hist_e: list[int] = []
+    hist_r: list[float] = []
+    hist_te: list[float] = []
+    elapsed = 0.0
+
+    if backend not in ("threads", "numba"):
+        raise InvalidParameterError("backend: must be 'threads' (thread pool, default) or 'numba' (prange)")
+    with _k.thread_count(n_threads) as used_threads, _k.BlockRunner(used_threads, backend) as run:
+        subsets = _plan(problem, part, used_threads)
+        _k.warmup()  # load/compile kernels before the clock starts
+
+        best_rmse = [math.inf]  # best evaluated training RMSE and its iterate
+        best_x = x.copy()
+
+        def evaluate(epoch: int) -> None:
+            hist_t.append(elapsed)
+            hist_e.append(epoch)
+            hist_r.append(problem.rmse(U, V))
+            if test is not None:
+                hist_te.append(problem.rmse(U, V, test))
+            if hist_r[-1] < best_rmse[0]:
+                best_rmse[0] = hist_r[-1]
+                best_x[:] = x
+
+        evaluate(0)
+        orders = subset_schedule(
+            K,
+            "stoc" if schedule == "stoc" else "det",
+            repeat_first=(method == "hamsi" and K > 1),
+            rng=r_sched,
+        )
+        status = "max_epochs"
+        steps = 0
+        epoch = 0
+        ref_x = ref_g = None
+        safe_x: Float | None = None  # start of the current outer iteration (checked)
+        qn_since_safe = False
+        prev_sse = np.full(K, math.inf)  # loss of each subset at its previous visit
+        n_restarts = 0
+        stop = False
+        while epoch < max_epochs and not stop:
+            order = next(orders)
+            t_outer = epoch + 1
+            for ell, k in enumerate(order):
+                t0 = time.perf_counter()
+                steps += 1
+                counter = steps if beta_counter == "inner" else t_outer
+                sse = _subset_gradient(run, subsets[k], U, V, x, g, gU, gV, w)
+                t1 = time.perf_counter()
+                bad = not math.isfinite(sse) or not np.isfinite(g).all()
+                guarded = safeguard and lbfgs is not None and safe_x is not None and qn_since_safe
+                if bad and not guarded:
+                    status = "diverged"
+                    x[:] = best_x
+                    stop = True
+                    elapsed += t1 - t0
+                    timings["gradient"] += t1 - t0
+                    break
+                skip = False
+                if lbfgs is not None:
+                    if guarded and safe_x is not None and (bad or sse > restart_growth * prev_sse[k]):
+                        # quasi-Newton steps since the last safe point increased this subset's loss
+                        # (or overflowed): return to that point and restart the L-BFGS memory
+                        x[:] = safe_x
+                        lbfgs.reset()
+                        n_restarts += 1
+                        prev_sse[:] = math.inf
+                        qn_since_safe = False
+                        ref_x = ref_g = None
+                        skip = True
+                    else:
+                        prev_sse[k] = sse
+                        if K == 1:
+                            if ref_x is not None and ref_g is not None:
+                                lbfgs.push(x - ref_x, g - ref_g)
+                            ref_x, ref_g = x.copy(), g.copy()
+                            safe_x, qn_since_safe = ref_x, False
+                        elif ell == 0:
+                            ref_x, ref_g = x.copy(), g.copy()
+                            safe_x, qn_since_safe = ref_x, False
+                        elif ell == len(order) - 1 and ref_x is not None and ref_g is not None:
+                            lbfgs.push(x - ref_x, g - ref_g)
+                if skip:
+                    t2 = time.perf_counter()
+                    timings["gradient"] += t1 - t0
+                    timings["hessian"] += t2 - t1
+                    elapsed += t2 - t0
+                    if elapsed >= budget:
+                        status = "time_budget"
+                        stop = True
+                    break  # start the next outer iteration from the restored point
+                t2 = time.perf_counter()
+                if lbfgs is not None and lbfgs.full:
+                    beta = max(beta_floor, (eta * counter) ** gamma)
+                    coefs = lbfgs.coefficients(g)
+                    _k.lbfgs_apply(x, g, lbfgs.A, coefs, lbfgs.sigma, 1.0 / beta)
+                    qn_since_safe = True
+                else:
+                    e_, g_ = (eta_gd, gamma_gd) if method == "hamsi" else (eta, gamma)
+                    beta = max(gd_floor, (e_ * counter) ** g_)
+                    x -= g * (1.0 / beta)
+                t3 = time.perf_counter()
+                timings["gradient"] += t1 - t0
+                timings["hessian"] += t2 - t1
+                timings["update"] += t3 - t2
+                elapsed += t3 - t0
+                if elapsed >= budget:
+                    status = "time_budget"
+                    stop = True
+                    break
+            epoch += 1
+            if stop or epoch % eval_every == 0 or epoch == max_epochs:
+                if not np.all(np.isfinite(x)):  # hand back the best evaluated iterate
+                    status = "diverged"
+                    stop = True
+                    x[:] = best_x
+                evaluate(epoch)
+                if status == "diverged" and hist_r[-1] > best_rmse[0]:
+                    x[:] = best_x  # finite but exploded: also hand back the best iterate
+                    evaluate(epoch)
+
+    options = {
+        "eta": eta, "gamma": gamma, "eta_gd": eta_gd, "gamma_gd": gamma_gd, "memory": memory,
+        "beta_counter": beta_counter, "beta_floor": beta_floor, "sigma_mode": sigma_mode, "sigma0": sigma0, "curvature": curvature,
+        "curvature_tol": lbfgs.tol if lbfgs is not None else None, "safeguard": safeguard,
+        "restart_growth": restart_growth, "l2": problem.l2,
+        "scaling": problem.scaling, "rank": problem.rank, "n_subsets": K,
+    }  # fmt: skip
+    return HamsiResult(
+        U=U.copy(),
+        V=V.copy(),
+        method=method,
+        scheme=part.scheme,
+        schedule=schedule,
+        status=status,
+        n_epochs=epoch,
+        n_steps=steps,
+        history_time=np.asarray(hist_t),
+        history_epoch=np.asarray(hist_e, dtype=np.int64),
+        history_rmse=np.asarray(hist_r),
+        history_test_rmse=np.asarray(hist_te) if test is not None else None,
+        timings=MappingProxyType(timings),
+        n_pairs_accepted=lbfgs.n_accepted if lbfgs is not None else 0,
+        n_pairs_rejected=lbfgs.n_rejected if lbfgs is not None else 0,
+        n_restarts=n_restarts,
+        n_threads=used_threads,
+        partition_balance=MappingProxyType(part.balance()),
+        options=MappingProxyType(options),
+    )

@@ -1,0 +1,190 @@
+"""The public shared-memory entry points :func:`hamsi` and :func:`mbgd` (and their shared docstring)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from dpopt.datasets import Ratings
+from dpopt.distributed.partition import Partition
+from dpopt.randomness import RNGLike
+from dpopt.solvers.hamsi._execution import _run
+from dpopt.solvers.hamsi.result import HamsiResult
+
+if TYPE_CHECKING:
+    from dpopt.matrix_factorization import MatrixFactorizationProblem
+
+# ============================================================================ drivers
+_COMMON_DOC = """
+    problem : MatrixFactorizationProblem
+    partition : Partition, str or None, default None
+        The cover: a :class:`~dpopt.distributed.partition.Partition` built on ``problem.ratings``, a
+        scheme name (``"hogwild"``, ``"color"``, ``"color-b"``, ``"strata"``, ``"strata-b"``; built
+        with ``n_subsets`` and ``P = n_threads``), or ``None`` for a single subset (full gradients).
+    schedule : {"det", "stoc"}, default "det"
+        Cyclic shift of the subset order, or a fresh random permutation every outer iteration.
+    max_epochs : int, default 100
+        Maximum number of outer iterations.
+    time_budget : float or None
+        Stop after this many seconds of optimization (evaluations excluded).
+    n_threads : int, default 1
+        Threads for the compiled kernels (capped at numba's maximum).
+    backend : {"threads", "numba"}, default "threads"
+        How blocks run in parallel: a pool of Python threads calling GIL-free kernels with dynamic
+        scheduling (robust on shared machines), or numba ``prange`` (OpenMP).  Same results.
+    n_subsets : int, default 20
+        ``K`` when ``partition`` is a HOGWILD/COLOR/COLOR-B scheme name.
+    init : (U0, V0) or None
+        Initial factors; default i.i.d. ``N(0, init_scale²)`` drawn from ``rng``.
+    test : Ratings or None
+        Held-out ratings (same shape) whose RMSE is recorded at every evaluation.
+    eval_every : int, default 1
+        Evaluate the RMSE every ``eval_every`` outer iterations (and at the end).
+    rng : int, Generator, "secure" or None
+        Initialization, stochastic schedules and randomized partitions (child streams keyed
+        ``"init"``, ``"schedule"``, ``"partition"``).
+"""
+
+
+def hamsi(
+    problem: MatrixFactorizationProblem,
+    partition: Partition | str | None = None,
+    *,
+    schedule: Literal["det", "stoc"] = "det",
+    eta: float = 0.06,
+    gamma: float = 0.51,
+    memory: int = 5,
+    eta_gd: float = 0.001,
+    gamma_gd: float = 0.51,
+    beta_counter: Literal["outer", "inner"] = "inner",
+    beta_floor: float = 1.0,
+    sigma_mode: Literal["thesis", "running_min"] = "thesis",
+    sigma0: float = 500.0,
+    curvature: Literal["relative", "reference", "thesis"] = "relative",
+    curvature_tol: float | None = None,
+    safeguard: bool = True,
+    restart_growth: float = 2.0,
+    max_epochs: int = 100,
+    time_budget: float | None = None,
+    n_threads: int = 1,
+    backend: Literal["threads", "numba"] = "threads",
+    n_subsets: int = 20,
+    init: tuple[Any, Any] | None = None,
+    init_scale: float = 1.0,
+    test: Ratings | None = None,
+    eval_every: int = 1,
+    rng: RNGLike,
+) -> HamsiResult:
+    """HAMSI with compact L-BFGS updates (thesis Algorithm 3, spec H3).
+
+    Each outer iteration ``t`` visits the subsets in the order ``𝒦`` (length ``K + 1``, first = last),
+    computes the subset gradient ``g`` block-parallel and updates
+    ``x <- x - (σ g + W (N (Wᵀ g))) / β_t`` with ``β_t = (η t)^γ`` once the memory holds ``memory``
+    curvature pairs (``x <- x - g / (η_gd t)^γ_gd`` before).  The pair of iteration ``t`` is formed
+    from the two gradients of the repeated subset.
+
+    Parameters
+    ----------
+    eta, gamma : float, default 0.06, 0.51
+        ``β_t = (η t)^γ``; the thesis's constants (for ``scaling="mean"``).  ``γ ∈ (0.5, 1]`` gives the
+        convergence conditions of Thm 3.1.3.
+    memory : int, default 5
+        L-BFGS memory ``M`` (the reference code's value; the thesis does not state it).
+    eta_gd, gamma_gd : float, default 0.001, 0.51
+        Warm-up gradient-descent constants (used until the memory is full).
+    beta_counter : {"outer", "inner"}, default "inner"
+        ``t`` counts subset visits (reference code, default) or outer iterations (thesis).  With
+        ``K > 1`` subsets the outer counter lets the ``K + 1`` quasi-Newton steps of an iteration,
+        each scaled by an inverse Hessian estimated from a single subset, overshoot: it diverges on
+        small HOGWILD/COLOR covers where the inner counter does not (spec N4).
+    beta_floor : float, default 1.0
+        Steps use ``max(beta_floor, β_t)``.  The convergence theorem (Thm 3.1.3) assumes
+        ``β_t >= 1``, which ``(η t)^γ`` violates for ``t < 1/η`` (spec N4); the default enforces it,
+        which also keeps the first incremental quasi-Newton steps from overshooting.  ``0`` gives
+        the thesis's and reference code's raw schedule.  (Warm-up steps use the raw mb-GD schedule.)
+    sigma_mode, sigma0, curvature, curvature_tol
+        See :class:`CompactLBFGS`.  The reference code's choices are ``sigma_mode="running_min"``,
+        ``sigma0=500``, ``curvature="reference"``.
+    safeguard : bool, default True
+        dpopt's addition (neither the thesis nor the reference code has it; spec N1/N3 note that the
+        step is not bounded a priori): the loss of every subset is known for free when its gradient
+        is computed; when, after quasi-Newton steps, a subset's loss exceeds ``restart_growth``
+        times its value at the previous visit (or overflows), return to the start of the current
+        outer iteration (the start of the previous one if the current start is the culprit), clear
+        the L-BFGS memory and warm up with gradient steps again.  Without it, small ranks or more
+        subsets can make the first quasi-Newton steps diverge.
+    restart_growth : float, default 2.0
+        Growth factor of a subset's loss that triggers a restart.
+    {common}
+    Returns
+    -------
+    HamsiResult
+
+    Raises
+    ------
+    InvalidParameterError
+        For ``memory <= 0``, unknown options, non-positive constants or a mismatched partition.
+    """
+    return _run(
+        problem, partition, method="hamsi", schedule=schedule, eta=eta, gamma=gamma, eta_gd=eta_gd,
+        gamma_gd=gamma_gd, memory=memory, beta_counter=beta_counter, beta_floor=beta_floor,
+        sigma_mode=sigma_mode, sigma0=sigma0,
+        curvature=curvature, curvature_tol=curvature_tol, safeguard=safeguard, restart_growth=restart_growth,
+        max_epochs=max_epochs, time_budget=time_budget,
+        n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
+        eval_every=eval_every, rng=rng,
+    )  # fmt: skip
+
+
+hamsi.__doc__ = (hamsi.__doc__ or "").replace("    {common}\n", _COMMON_DOC.lstrip("\n") + "\n")
+
+
+def mbgd(
+    problem: MatrixFactorizationProblem,
+    partition: Partition | str | None = None,
+    *,
+    schedule: Literal["det", "stoc"] = "det",
+    eta: float = 0.001,
+    gamma: float = 0.51,
+    beta_counter: Literal["outer", "inner"] = "outer",
+    beta_floor: float = 0.0,
+    max_epochs: int = 100,
+    time_budget: float | None = None,
+    n_threads: int = 1,
+    backend: Literal["threads", "numba"] = "threads",
+    n_subsets: int = 20,
+    init: tuple[Any, Any] | None = None,
+    init_scale: float = 1.0,
+    test: Ratings | None = None,
+    eval_every: int = 1,
+    rng: RNGLike,
+) -> HamsiResult:
+    """Mini-batch gradient descent over the subsets of a cover (the thesis's mb-GD baseline).
+
+    Each outer iteration visits the ``K`` subsets once (det: rotated order; stoc: random permutation)
+    and updates ``x <- x - g_k / β_t`` with ``β_t = (η t)^γ``, ``(η, γ) = (0.001, 0.51)``.
+
+    Parameters
+    ----------
+    eta, gamma : float
+        Step schedule constants.
+    beta_counter : {"outer", "inner"}
+        As in :func:`hamsi`.
+    beta_floor : float, default 0.0
+        Steps use ``max(beta_floor, β_t)`` (``(0.001 t)^0.51 < 1`` for the first thousand
+        iterations; the thesis uses the raw schedule).
+    {common}
+    Returns
+    -------
+    HamsiResult
+    """
+    return _run(
+        problem, partition, method="mbgd", schedule=schedule, eta=eta, gamma=gamma, eta_gd=eta,
+        gamma_gd=gamma, memory=1, beta_counter=beta_counter, beta_floor=beta_floor, sigma_mode="thesis", sigma0=500.0,
+        curvature="relative", curvature_tol=None, safeguard=False, restart_growth=2.0,
+        max_epochs=max_epochs, time_budget=time_budget,
+        n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
+        eval_every=eval_every, rng=rng,
+    )  # fmt: skip
+
+
+mbgd.__doc__ = (mbgd.__doc__ or "").replace("    {common}\n", _COMMON_DOC.lstrip("\n") + "\n")

@@ -1,0 +1,92 @@
+"""The result type :class:`HamsiResult` of :func:`hamsi`, :func:`mbgd` and :func:`hamsi_distributed`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+Float = NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class HamsiResult:
+    """Outcome of :func:`hamsi` or :func:`mbgd`.
+
+    Attributes
+    ----------
+    U, V : ndarray
+        Final factors.
+    method : {"hamsi", "mbgd"}
+    scheme : str
+        Partitioning scheme (``"full"`` for the single-subset cover).
+    schedule : {"det", "stoc"}
+    status : str
+        ``"max_epochs"``, ``"time_budget"`` or ``"diverged"`` (non-finite values; the factors are
+        then the best evaluated iterate, whose RMSE is the last history entry).
+    n_epochs, n_steps : int
+        Outer iterations and inner steps (subset visits) done.
+    history_time : ndarray
+        Optimization wall-clock seconds at each evaluation (evaluations themselves excluded, as in
+        the reference code); ``history_time[0] = 0`` is the initial point.
+    history_epoch : ndarray of int
+    history_rmse : ndarray
+        Training RMSE at each evaluation.
+    history_test_rmse : ndarray or None
+        Held-out RMSE at each evaluation when a ``test`` split was given.
+    timings : mapping
+        Seconds spent in the ``"gradient"``, ``"update"`` and ``"hessian"`` phases (Fig. 3.7).
+    n_pairs_accepted, n_pairs_rejected : int
+        Curvature pairs stored / rejected by the curvature test (HAMSI only).
+    n_restarts : int
+        Times the safeguard returned to the start of an outer iteration and cleared the memory.
+    n_threads : int
+        Threads actually used.
+    partition_balance : mapping
+        :meth:`dpopt.distributed.partition.Partition.balance` of the cover used.
+    options : mapping
+        The algorithm constants used.
+    """
+
+    U: Float = field(repr=False)
+    V: Float = field(repr=False)
+    method: str
+    scheme: str
+    schedule: str
+    status: str
+    n_epochs: int
+    n_steps: int
+    history_time: Float = field(repr=False)
+    history_epoch: NDArray[np.int64] = field(repr=False)
+    history_rmse: Float = field(repr=False)
+    history_test_rmse: Float | None = field(repr=False)
+    timings: Mapping[str, float]
+    n_pairs_accepted: int
+    n_pairs_rejected: int
+    n_restarts: int
+    n_threads: int
+    partition_balance: Mapping[str, Any] = field(repr=False)
+    options: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def rmse(self) -> float:
+        """Final training RMSE."""
+        return float(self.history_rmse[-1])
+
+    @property
+    def test_rmse(self) -> float | None:
+        """Final held-out RMSE (``None`` without a test split)."""
+        return None if self.history_test_rmse is None else float(self.history_test_rmse[-1])
+
+    @property
+    def elapsed(self) -> float:
+        """Optimization wall-clock seconds (evaluations excluded)."""
+        return float(self.history_time[-1])
+
+    def rmse_at(self, seconds: float) -> float:
+        """Training RMSE of the last evaluation at or before ``seconds`` of optimization time."""
+        i = int(np.searchsorted(self.history_time, seconds, side="right")) - 1
+        return float(self.history_rmse[max(i, 0)])
