@@ -119,3 +119,17 @@ def test_coa_vs_dawa_records_and_plot(name, tmp_path):
     figs = exp.plot(records, tmp_path)
     assert figs and all(p.exists() and p.suffix == ".png" and p.stat().st_size > 0 for p in figs)
     assert exp.tables is not None and exp.tables(records)
+
+
+@pytest.mark.parametrize("variance", [10.0, 1e4])
+def test_dawa_random_sets_have_the_configured_variance(variance):
+    from dpopt.experiments.coa import _dawa_histogram
+
+    rng = np.random.default_rng(0)
+    for name in ("Random Laplace", "Random Gaussian", "Random Uniform", "Random Alternating"):
+        x, source = _dawa_histogram(name, 4096, rng, None, variance)
+        assert x.min() == 0.0
+        if name != "Random Alternating":
+            assert f"variance {variance:g}" in source
+        expected = 25.0 * variance / 10.0 if name == "Random Alternating" else variance  # 0/a: a²/4
+        assert np.var(x) == pytest.approx(expected, rel=0.1), name

@@ -533,6 +533,7 @@ class DawaConfig:
     epsilon: float = 0.1
     repetitions: int = 20
     adult_dir: str = ""  # "" = look in ../shared/datasets/adult (cwd, then next to the repo)
+    random_variance: float = 10.0  # per-cell variance of the four random sets (spec A.13: 10)
 
 
 def _adult_dir(cfg: DawaConfig) -> Path | None:
@@ -556,9 +557,13 @@ def _adult_capital_gain(root: Path) -> np.ndarray:
 
 
 def _dawa_histogram(
-    name: str, n: int, rng: np.random.Generator, adult: np.ndarray | None
+    name: str, n: int, rng: np.random.Generator, adult: np.ndarray | None, variance: float = 10.0
 ) -> tuple[np.ndarray, str]:
-    """The data vector of one panel and a note on where it comes from."""
+    """The data vector of one panel and a note on where it comes from.
+
+    The random sets have mean 0 and per-cell ``variance`` (Random Alternating: 0 and
+    ``10 sqrt(variance / 10)`` alternating), shifted to be non-negative.
+    """
     if name in _STAND_INS:
         records, shape = _STAND_INS[name]
         kind: Any = shape
@@ -574,19 +579,20 @@ def _dawa_histogram(
         return np.bincount(idx, minlength=n).astype(np.float64), (
             f"UCI Adult adult.data, capital-gain in {n} equal-width bins of [0, 100000)"
         )
+    scale = float(np.sqrt(variance / 10.0))
     if name == "Random Alternating":
-        return np.where(np.arange(n) % 2 == 1, 10.0, 0.0), "values 0, 10 alternating"
+        return np.where(np.arange(n) % 2 == 1, 10.0 * scale, 0.0), f"values 0, {10 * scale:g} alternating"
     if name == "Random Laplace":
-        v = rng.laplace(0.0, np.sqrt(5.0), size=n)
+        v = rng.laplace(0.0, np.sqrt(variance / 2), size=n)
     elif name == "Random Gaussian":
-        v = rng.normal(0.0, np.sqrt(10.0), size=n)
+        v = rng.normal(0.0, np.sqrt(variance), size=n)
     elif name == "Random Uniform":
-        v = rng.uniform(-np.sqrt(30.0), np.sqrt(30.0), size=n)
+        v = rng.uniform(-np.sqrt(3 * variance), np.sqrt(3 * variance), size=n)
     else:
         raise ValueError(f"unknown data set {name!r}")
     # mean 0, variance 10 (spec A.13), shifted by -min so DAWA accepts it; both mechanisms' errors
     # are invariant to adding a constant to every cell (DAWA: bucket deviations and uniform spreading)
-    return v - v.min(), "i.i.d. mean 0 variance 10, shifted to min 0"
+    return v - v.min(), f"i.i.d. mean 0 variance {variance:g}, shifted to min 0"
 
 
 def _dawa_sweep(cfg: DawaConfig, rng: np.random.Generator) -> Iterator[dict[str, Any]]:
@@ -605,7 +611,7 @@ def _dawa_sweep(cfg: DawaConfig, rng: np.random.Generator) -> Iterator[dict[str,
         res = optimize_strategy(W, tol=1e-4, warn=False)  # data independent: one strategy for all
         cpu = time.process_time() - t0
         for dname in cfg.datasets:
-            x, source = _dawa_histogram(dname, n, rng, adult)
+            x, source = _dawa_histogram(dname, n, rng, adult, cfg.random_variance)
             truth = W.answer(x)
             base = {
                 "figure": "14" if cfg.axis == "n" else "15",
