@@ -133,3 +133,27 @@ def test_dawa_random_sets_have_the_configured_variance(variance):
             assert f"variance {variance:g}" in source
         expected = 25.0 * variance / 10.0 if name == "Random Alternating" else variance  # 0/a: a²/4
         assert np.var(x) == pytest.approx(expected, rel=0.1), name
+
+
+def test_sweep_records_a_failed_mechanism_and_goes_on(monkeypatch):
+    from dpopt.exceptions import InvalidParameterError
+    from dpopt.experiments import coa
+
+    real = coa._strategy
+
+    def flaky(mech, W):
+        if mech == "AM":
+            raise InvalidParameterError("planted failure")
+        return real(mech, W)
+
+    monkeypatch.setattr(coa, "_strategy", flaky)
+    cfg = coa.SweepConfig(
+        axis="n", values=(16,), m=32, n_records=100, workloads=("WRange",), mechanisms=("AM", "COA")
+    )
+    recs = list(coa._sweep(cfg, np.random.default_rng(0)))
+    assert [(r["mechanism"], r.get("status")) for r in recs] == [
+        ("AM", "failed: planted failure"),
+        ("COA", "converged"),
+        ("lower bound", None),
+    ]
+    assert coa._error_table([r | {"repetition": 0} for r in recs])[0][1]  # tables skip the failed row

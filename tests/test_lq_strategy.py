@@ -322,3 +322,23 @@ def test_marginals_far_beyond_dense_domains():
     assert res.converged and res.gap == 0.0 and res.strategy.shape == (0, 65536)
     with pytest.raises(InvalidParameterError, match="residual basis"):
         M.gram()
+
+
+@pytest.mark.parametrize(("tilt", "outcome"), [(0.0, "exact"), (1e-3, "warns"), (0.1, "refused")])
+def test_baseline_with_an_approximate_row_space(monkeypatch, tilt, outcome):
+    from dpopt.exceptions import ConvergenceWarning
+    from dpopt.linear_queries import baselines as bl
+
+    W = wl.random_related(40, 20, 5, rng=4)
+    _, _, Vt = np.linalg.svd(W.matrix())
+    B = Vt[:5] + tilt * Vt[5:10]  # row space of W tilted towards its null space
+    monkeypatch.setattr(bl, "low_rank_mechanism", lambda workload: B)
+    if outcome == "refused":
+        with pytest.raises(InvalidParameterError, match="row space"):
+            baseline("lrm", W)
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = baseline("lrm", W)
+    assert res.bias == pytest.approx(0.0 if tilt == 0 else tilt**2 / (1 + tilt**2), rel=0.5, abs=1e-12)
+    assert any(issubclass(w.category, ConvergenceWarning) for w in caught) == (outcome == "warns")

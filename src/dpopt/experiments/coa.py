@@ -44,6 +44,7 @@ import numpy as np
 
 from dpopt.accounting import Budget, gaussian_sigma, make_accountant
 from dpopt.datasets import make_histogram
+from dpopt.exceptions import DPOptError
 from dpopt.experiments.plots import draw_lines, new_figure, save_figure
 from dpopt.experiments.registry import TOUR, Experiment, register
 from dpopt.linear_queries import StrategyResult, answer, expected_error, optimize_strategy
@@ -156,7 +157,11 @@ def _sweep(cfg: SweepConfig, rng: np.random.Generator) -> Iterator[dict[str, Any
                         if mech == "WM" and n & (n - 1):
                             continue
                         t0 = time.process_time()
-                        res = _strategy(mech, W)
+                        try:
+                            res = _strategy(mech, W)
+                        except DPOptError as exc:  # one failed baseline must not end a long sweep
+                            yield rec | {"status": f"failed: {exc}"}
+                            continue
                         rec["strategy_cpu_seconds"] = time.process_time() - t0
                         unit = res.objective
                         rec.update(gap=res.gap, status=res.status, n_iter=res.n_iter)
