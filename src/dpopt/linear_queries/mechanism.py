@@ -330,7 +330,7 @@ def _reconstruction(
     They depend only on the public strategy and workload, so repeated releases with the same
     strategy (experiments, several budgets) reuse them; the key is a digest of ``A``'s bytes.
     """
-    key = (A.shape, hashlib.blake2b(np.ascontiguousarray(A).view(np.uint8), digest_size=16).digest(),
+    key = (A.shape, hashlib.blake2b(np.ascontiguousarray(A).tobytes(), digest_size=16).digest(),
            workload.fingerprint(), rcond)  # fmt: skip
     with _RECON_LOCK:
         hit = _RECON_CACHE.get(key)
