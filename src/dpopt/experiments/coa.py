@@ -595,7 +595,7 @@ def _dawa_histogram(
         v = rng.uniform(-np.sqrt(3 * variance), np.sqrt(3 * variance), size=n)
     else:
         raise ValueError(f"unknown data set {name!r}")
-    # mean 0, variance 10 (spec A.13), shifted by -min so DAWA accepts it; both mechanisms' errors
+    # mean 0, the configured variance (spec A.13: 10), shifted by -min so DAWA accepts it; both mechanisms' errors
     # are invariant to adding a constant to every cell (DAWA: bucket deviations and uniform spreading)
     return v - v.min(), f"i.i.d. mean 0 variance {variance:g}, shifted to min 0"
 
