@@ -160,3 +160,15 @@ def test_movielens_100k_initial_rmse(shared_datasets: Path) -> None:
     # N(0,1) factors, rank 50: RMSE ≈ sqrt(50 + E[y²]) ≈ 8 (spec §2.10)
     assert 7.5 < p.rmse(U, V) < 8.5
     assert isinstance(r, Ratings)
+
+
+def test_block_shares_cover_each_block_once_and_balance_work() -> None:
+    from dpopt.solvers._mf_kernels import _share_blocks
+
+    sizes = np.array([5, 9, 1, 7, 3, 8, 2, 6])  # two strata of four blocks
+    for threads in (1, 2, 3, 8):
+        groups = _share_blocks(sizes, 4, 4, threads)
+        assert len(groups) == min(threads, 4)
+        assert sorted(np.concatenate(groups).tolist()) == [4, 5, 6, 7]
+    loads = sorted(int(sizes[g].sum()) for g in _share_blocks(sizes, 0, 4, 2))
+    assert loads == [10, 12]  # LPT: {9, 1} vs {7, 5}
