@@ -173,6 +173,7 @@ def test_override_config_parses_like_the_field() -> None:
         registry.override_config(_Many(), {"rte": "1"})
     with pytest.raises(registry.InvalidParameterError, match="expected bool"):
         registry.override_config(_Many(), {"flag": "maybe"})
+    assert registry.override_config(_Many(), {"label": "none"}).label == "none"  # not an optional field
 
 
 def test_report_command(demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,7 +47,7 @@ def reference(problem) -> ADMMResult:
     return alg.run(data, rng=7, record_models=True)
 
 
-def _same(a: ADMMResult, b: ADMMResult) -> None:
+def _assert_same(a: ADMMResult, b: ADMMResult) -> None:
     assert np.array_equal(a.models, b.models)
     assert np.array_equal(a.node_privacy_history, b.node_privacy_history)
     if a.models_history is not None and b.models_history is not None:
@@ -57,7 +57,7 @@ def _same(a: ADMMResult, b: ADMMResult) -> None:
 @pytest.mark.parametrize("n_shards", [2, 3, N_NODES])
 def test_inprocess_shards_bit_identical(problem, reference, n_shards) -> None:
     alg, data = problem
-    _same(reference, alg.run(data, rng=7, engine=InProcessEngine(n_shards), record_models=True))
+    _assert_same(reference, alg.run(data, rng=7, engine=InProcessEngine(n_shards), record_models=True))
 
 
 def test_processes_engine_bit_identical_and_recovers(problem, reference) -> None:
@@ -76,7 +76,7 @@ def test_processes_engine_bit_identical_and_recovers(problem, reference) -> None
         assert killed and res.parameters["recoveries"] == 1
         assert res.parameters["engine"] == "processes"
         assert any("recovered from the checkpoint of round 4" in n for n in res.privacy.notes)
-        _same(reference, res)  # the replay released exactly the same values
+        _assert_same(reference, res)  # the replay released exactly the same values
         pids = eng.pids
         # an error raised by the shard program is reported (not retried): inexact local solves
         strict = PrivateADMM(
@@ -127,8 +127,8 @@ def test_ray_local_cluster_bit_identical_and_recovers(problem, reference) -> Non
             data, rng=7, engine=eng, checkpoint_every=4, callback=kill_at_round_6, record_models=True
         )
         assert killed and res.parameters["recoveries"] == 1
-        _same(reference, res)
+        _assert_same(reference, res)
         actors = eng.actors
-        _same(reference, alg.run(data, rng=7, engine=eng, record_models=True))  # actors are reused
+        _assert_same(reference, alg.run(data, rng=7, engine=eng, record_models=True))  # actors are reused
         assert eng.actors == actors
     assert not ray.is_initialized()

@@ -30,7 +30,11 @@ ALPHA = [{1, 4}, {1, 5}, {2, 4}, {2, 5}, {3, 4}, {3, 5}]
 def test_example_3_0_1_cover_is_valid() -> None:
     # S_1 = {1} ∪ {4, 6}; S_2 = {3, 5} ∪ {2}   (0-based function indices below)
     cover = [[[0], [3, 5]], [[2, 4], [1]]]
-    validate_cover(ALPHA, cover)
+    validate_cover(ALPHA, cover)  # raises if a function is missing/repeated or blocks share a variable
+    for subset in cover:  # the property it certifies, checked by hand
+        variables = [set().union(*(ALPHA[i] for i in block)) for block in subset]
+        assert not set.intersection(*variables)
+    assert sorted(i for subset in cover for block in subset for i in block) == list(range(6))
 
 
 def test_cover_with_shared_variable_is_rejected() -> None:

@@ -175,10 +175,13 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-def _coerce(text: str, like: Any, key: str) -> Any:
-    """Parse ``text`` as a value of the same kind as the field's current value ``like``."""
+def _coerce(text: str, like: Any, key: str, optional: bool = False) -> Any:
+    """Parse ``text`` as a value of the same kind as the field's current value ``like``.
+
+    ``none`` gives ``None`` only for fields declared optional (or currently ``None``).
+    """
     t = text.strip()
-    if t.lower() == "none":
+    if t.lower() == "none" and (optional or like is None):
         return None
     try:
         if isinstance(like, bool):
@@ -225,7 +228,8 @@ def override_config(config: Config, overrides: Mapping[str, Any], *, where: str 
     """
     if not overrides:
         return config
-    fields = {f.name for f in dataclasses.fields(config)}
+    types = {f.name: f.type for f in dataclasses.fields(config)}
+    fields = set(types)
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in fields:
@@ -235,7 +239,8 @@ def override_config(config: Config, overrides: Mapping[str, Any], *, where: str 
                 f"--set: {where} has no setting {key!r}{hint}; settings: {', '.join(sorted(fields))}"
             )
         like = getattr(config, key)
-        changes[key] = _coerce(value, like, key) if isinstance(value, str) else value
+        optional = "None" in str(types[key]) or "Optional" in str(types[key])
+        changes[key] = _coerce(value, like, key, optional) if isinstance(value, str) else value
     return dataclasses.replace(config, **changes)
 
 

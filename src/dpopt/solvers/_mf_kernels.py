@@ -257,7 +257,8 @@ class BlockRunner:
         self.backend = backend
         self._pool: ThreadPoolExecutor | None = None
         if self.n_threads > 1 and backend == "threads":
-            self._pool = ThreadPoolExecutor(self.n_threads, thread_name_prefix="dpopt-mf")
+            # the calling thread runs one share of every stratum itself
+            self._pool = ThreadPoolExecutor(self.n_threads - 1, thread_name_prefix="dpopt-mf")
 
     def __call__(self, U, V, rows, cols, vals, ptr, n_strata, coef, gU, gV, sse, parallel=True) -> None:
         if not parallel or self.n_threads == 1:
