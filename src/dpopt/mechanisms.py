@@ -39,6 +39,7 @@ from dpopt.accounting import (
     LaplaceEvent,
     PrivacyEvent,
     ReportNoisyMinEvent,
+    charge,
     gaussian_sigma,
 )
 from dpopt.exceptions import InvalidParameterError
@@ -57,11 +58,7 @@ __all__ = [
 
 
 def _compose(accountant: Accountant | None, event: PrivacyEvent, label: str) -> None:
-    if accountant is None:
-        return
-    if not isinstance(accountant, Accountant):
-        raise InvalidParameterError("accountant: expected a dpopt.accounting.Accountant or None")
-    accountant.compose(event, label=label)
+    charge(accountant, event, label)  # the single commit path (dpopt.accounting.commit)
 
 
 def _shape_of(value: ArrayLike) -> tuple[int, ...]:

@@ -26,6 +26,7 @@ from dpopt.accounting.calibration import (
     gaussian_sigma,
     laplace_scale,
 )
+from dpopt.accounting.commit import charge, check_caller_accountant, commit, non_private_spent
 from dpopt.accounting.events import (
     ComposedEvent,
     EpsilonDeltaEvent,
@@ -71,10 +72,14 @@ __all__ = [
     "amplified_epsilon",
     "calibrate",
     "calibrate_noise",
+    "charge",
+    "check_caller_accountant",
     "check_neighbouring",
+    "commit",
     "gaussian_epsilon",
     "gaussian_event",
     "gaussian_sigma",
     "laplace_scale",
     "make_accountant",
+    "non_private_spent",
 ]

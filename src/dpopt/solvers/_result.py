@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -11,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from dpopt.accounting import Neighbouring, PrivacySpent
+from dpopt.accounting import PrivacySpent, non_private_spent
 
 __all__ = ["OptimizeResult", "Status", "non_private_spent"]
 
@@ -105,15 +104,3 @@ class OptimizeResult:
             f"OptimizeResult(method={self.method!r}, status={self.status!r}, iterations={self.iterations}, "
             f"calibration={self.calibration!r}, privacy={self.privacy})"
         )
-
-
-def non_private_spent(neighbouring: Neighbouring = "replace_one") -> PrivacySpent:
-    """The :class:`PrivacySpent` of a run without noise (ε = ∞)."""
-    return PrivacySpent(
-        epsilon=math.inf,
-        delta=0.0,
-        neighbouring=neighbouring,
-        accountant="none",
-        n_events=1,
-        notes=("no noise was added: the output is not private",),
-    )

@@ -76,6 +76,7 @@ from dpopt.accounting import (
     SampledWithoutReplacementEvent,
     amplified_epsilon,
     calibrate,
+    commit,
     gaussian_sigma,
     make_accountant,
 )
@@ -353,19 +354,18 @@ def _compose(
     label: str,
     options: dict[str, Any] | None = None,
 ) -> PrivacySpent:
-    if caller is not None:
-        if not isinstance(caller, Accountant):
-            raise InvalidParameterError("accountant: expected a dpopt.accounting.Accountant or None")
-        if caller.neighbouring != neighbouring:
-            raise InvalidParameterError(
-                f"accountant: this run is analysed under {neighbouring} neighbours; create the accountant "
-                f"with neighbouring={neighbouring!r}"
-            )
-    own = make_accountant(kind, budget=budget, neighbouring=neighbouring, **(options or {}))
-    own.compose(event, label=label)  # refuses (BudgetExceededError) before anything else happens
-    if caller is not None:
-        caller.compose(event, label=label)
-    return own.spent()
+    # the single commit path; notes are recorded in the returned PrivacySpent and the callers issue
+    # their own, more specific warnings for unsound paper claims
+    return commit(
+        event,
+        budget=budget,
+        neighbouring=neighbouring,
+        kind=kind,
+        accountant=caller,
+        label=label,
+        options=options,
+        warn=False,
+    )
 
 
 def _pure_source_epsilon(event: PrivacyEvent | None) -> float:

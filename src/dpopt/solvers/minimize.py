@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -14,15 +13,16 @@ import numpy as np
 from dpopt.accounting import (
     Accountant,
     Budget,
-    NonPrivateEvent,
     PrivacyEvent,
     PrivacySpent,
+    check_caller_accountant,
+    commit,
     make_accountant,
 )
-from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
+from dpopt.exceptions import InvalidParameterError
 from dpopt.problems import ERMProblem, L1Ball, Polytope, Simplex
 from dpopt.randomness import RNGLike
-from dpopt.solvers._result import OptimizeResult, non_private_spent
+from dpopt.solvers._result import OptimizeResult
 
 __all__ = ["BudgetLike", "available_methods", "minimize", "register_method"]
 
@@ -130,16 +130,8 @@ def check_calibration(calibration: str, allowed: tuple[str, ...]) -> str:
 
 
 def check_accountant(accountant: Accountant | None) -> Accountant | None:
-    if accountant is None:
-        return None
-    if not isinstance(accountant, Accountant):
-        raise InvalidParameterError("accountant: expected a dpopt.accounting.Accountant or None")
-    if accountant.neighbouring != "replace_one":
-        raise InvalidParameterError(
-            "accountant: the ERM solvers are analysed under replace_one neighbours (n public, [TTZ]); "
-            "create the accountant with neighbouring='replace_one'"
-        )
-    return accountant
+    """The caller's accountant, checked for the ERM solvers' relation (replace-one, n public)."""
+    return check_caller_accountant(accountant, "replace_one", who="this ERM solver")
 
 
 def commit_privacy(
@@ -150,38 +142,10 @@ def commit_privacy(
     accountant: Accountant | None,
     label: str,
 ) -> PrivacySpent:
-    """Compose the whole planned ``event`` (before any noise is drawn) and return what it spends.
-
-    The event is composed into a fresh accountant of ``kind`` holding ``budget`` (which refuses when
-    over budget) and, when given, into the caller's ``accountant`` (which refuses when over *its*
-    budget).  ``event=None`` means a non-private run.  An unsound paper claim triggers a
-    :class:`PrivacyClaimWarning` naming the true ε.
-    """
-    if event is None or budget is None:
-        if accountant is not None:
-            accountant.compose(NonPrivateEvent("noise switched off"), label=label)
-        return non_private_spent()
-    spent = _planned_spend(event, budget, kind)  # raises BudgetExceededError when over budget
-    if accountant is not None:
-        accountant.compose(event, label=label)
-    if not spent.sound:
-        warnings.warn(
-            f"{label}: the paper's calibration claims ε={spent.epsilon:.4g} but the mechanism is only "
-            f"(ε={spent.true_epsilon:.4g}, δ={spent.delta:g})-DP under replace-one neighbours; "
-            "result.privacy reports the true figure. Use the default calibration for a sound guarantee.",
-            PrivacyClaimWarning,
-            stacklevel=3,
-        )
-    return spent
-
-
-@functools.lru_cache(maxsize=512)
-def _planned_spend(event: PrivacyEvent, budget: Budget, kind: str) -> PrivacySpent:
-    """What ``event`` spends in a fresh ``kind`` accountant holding ``budget`` (cached: events are
-    immutable, and a refusal raises, which is not cached)."""
-    own = make_accountant(kind, budget=budget, neighbouring="replace_one")
-    own.compose(event)
-    return own.spent()
+    """:func:`dpopt.accounting.commit` under replace-one neighbours (the ERM solvers' relation)."""
+    return commit(
+        event, budget=budget, neighbouring="replace_one", kind=kind, accountant=accountant, label=label
+    )
 
 
 def minimize(

@@ -1,0 +1,153 @@
+"""The one place where a planned release is paid for, before any noise is drawn.
+
+Every private path of dpopt -- the mechanisms, linear-query answering, the ERM solvers, the DP
+gradient methods and private ADMM -- describes what it is about to release as one
+:class:`~dpopt.accounting.PrivacyEvent` (the *whole* planned run: all steps, all rounds) and calls
+:func:`commit` with it.  :func:`commit`
+
+1. checks the caller's accountant (type, neighbouring relation),
+2. composes the event into a fresh accountant of the requested kind that holds the run's own
+   ``budget`` (which raises :class:`~dpopt.exceptions.BudgetExceededError` when the plan does not fit),
+3. composes the same event into the caller's ``accountant`` (which raises when over *its* budget;
+   nothing has been drawn yet, so a refusal costs nothing),
+4. warns with :class:`~dpopt.exceptions.PrivacyClaimWarning` when a paper-rule claim is unsound, and
+5. returns what the run spends (:class:`~dpopt.accounting.PrivacySpent`).
+
+Only after :func:`commit` returns may the caller draw noise.  :func:`charge` is the budget-less form
+used by single mechanisms (``Mechanism.release(..., accountant=...)``): it only composes into the
+caller's accountant.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from dpopt.accounting.accountants import Accountant, Budget, PrivacySpent, make_accountant
+from dpopt.accounting.events import Neighbouring, NonPrivateEvent, PrivacyEvent, check_neighbouring
+from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
+
+__all__ = ["charge", "check_caller_accountant", "commit", "non_private_spent"]
+
+
+def non_private_spent(neighbouring: Neighbouring = "replace_one") -> PrivacySpent:
+    """The :class:`PrivacySpent` of a run without noise (ε = ∞)."""
+    return PrivacySpent(
+        epsilon=math.inf,
+        delta=0.0,
+        neighbouring=neighbouring,
+        accountant="none",
+        n_events=1,
+        notes=("no noise was added: the output is not private",),
+    )
+
+
+def check_caller_accountant(
+    accountant: Any, neighbouring: Neighbouring | None = None, *, who: str = "this release"
+) -> Accountant | None:
+    """``accountant`` checked: ``None`` or an :class:`Accountant` under ``neighbouring`` (if given)."""
+    if accountant is None:
+        return None
+    if not isinstance(accountant, Accountant):
+        raise InvalidParameterError(
+            "accountant: expected a dpopt.accounting.Accountant (e.g. make_accountant('pld', budget=...)) "
+            "or None"
+        )
+    if neighbouring is not None and accountant.neighbouring != neighbouring:
+        raise InvalidParameterError(
+            f"accountant: {who} is analysed under {neighbouring} neighbours but the accountant was created "
+            f"with neighbouring={accountant.neighbouring!r}; create it with neighbouring={neighbouring!r}"
+        )
+    return accountant
+
+
+def charge(accountant: Accountant | None, event: PrivacyEvent, label: str = "") -> None:
+    """Compose ``event`` into the caller's ``accountant`` (if any) before a mechanism draws noise."""
+    acct = check_caller_accountant(accountant)
+    if acct is not None:
+        acct.compose(event, label=label)
+
+
+def commit(
+    event: PrivacyEvent | None,
+    *,
+    budget: Budget | None,
+    neighbouring: Neighbouring,
+    kind: str = "pld",
+    accountant: Accountant | None = None,
+    label: str = "",
+    options: Mapping[str, Any] | None = None,
+    warn: bool = True,
+) -> PrivacySpent:
+    """Pay for the whole planned ``event`` before any noise is drawn; return what it spends.
+
+    Parameters
+    ----------
+    event : PrivacyEvent or None
+        The whole planned release.  ``None`` (or ``budget=None``) is a run without noise: the
+        caller's accountant records a :class:`~dpopt.accounting.NonPrivateEvent` (ε = ∞).
+    budget : Budget or None
+        The run's own budget; the event must fit it (checked by a fresh ``kind`` accountant).
+    neighbouring : {"add_remove", "replace_one"}
+        The relation the event's sensitivities were derived under; the caller's accountant must
+        use the same one.
+    kind : str, default "pld"
+        Accountant that certifies the plan (``"pld"``, ``"rdp"``, ``"basic"``, ``"advanced"``).
+    accountant : Accountant, optional
+        The caller's ledger; receives the same event and refuses when over its own budget.
+    label : str
+        Ledger label.
+    options : mapping, optional
+        Extra keyword arguments of :func:`make_accountant` for the run's own accountant.
+    warn : bool, default True
+        Issue a :class:`PrivacyClaimWarning` when the accountant's claim is unsound (paper rules).
+
+    Returns
+    -------
+    PrivacySpent
+
+    Privacy
+    -------
+    This function is where the guarantee is established: nothing may be drawn before it returns.
+    It refuses (``BudgetExceededError``) when the plan does not fit ``budget`` or the caller's
+    budget, and leaves the caller's accountant unchanged in that case.
+    """
+    rel = check_neighbouring(neighbouring)
+    acct = check_caller_accountant(accountant, rel)
+    if event is None or budget is None:
+        if acct is not None:
+            acct.compose(NonPrivateEvent("noise switched off"), label=label)
+        return non_private_spent(rel)
+    if not isinstance(budget, Budget):
+        raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
+    opts = tuple(sorted((options or {}).items()))
+    spent = _planned_spend(event, budget, kind, rel, opts)  # raises BudgetExceededError when over
+    for note in spent.notes:  # a lemma applied outside its preconditions, etc. (every call, even cached)
+        warnings.warn(note, PrivacyClaimWarning, stacklevel=3)
+    if acct is not None:
+        acct.compose(event, label=label)
+    if warn and not spent.sound:
+        warnings.warn(
+            f"{label or 'release'}: the paper's calibration claims ε={spent.epsilon:.4g} but the mechanism "
+            f"is only (ε={spent.true_epsilon:.4g}, δ={spent.delta:g})-DP under {rel} neighbours; the "
+            "result reports the true figure. Use the default calibration for a sound guarantee.",
+            PrivacyClaimWarning,
+            stacklevel=3,
+        )
+    return spent
+
+
+@functools.lru_cache(maxsize=512)
+def _planned_spend(
+    event: PrivacyEvent, budget: Budget, kind: str, neighbouring: Neighbouring, options: tuple[Any, ...]
+) -> PrivacySpent:
+    """What ``event`` spends in a fresh ``kind`` accountant holding ``budget`` (cached: events are
+    immutable, and a refusal raises, which is not cached)."""
+    own = make_accountant(kind, budget=budget, neighbouring=neighbouring, **dict(options))
+    with warnings.catch_warnings():  # its notes are re-issued by commit() on every call
+        warnings.simplefilter("ignore", PrivacyClaimWarning)
+        own.compose(event)
+    return own.spent()
