@@ -8,7 +8,8 @@ Each estimator follows scikit-learn's contract: ``__init__`` only stores paramet
 validates them and the data, learned attributes end in ``_``.  They add the declared data bounds
 (``feature_norm``, ``label_bound``), the privacy budget (``epsilon``, ``delta``), the solver, the
 ``calibration`` and ``rng``, and expose what was spent as ``privacy_spent_``.  Fitting *twice*
-spends the budget twice: privacy is per call to ``fit``.
+spends the budget twice: privacy is per call to ``fit``; pass a shared ``accountant=`` to keep the
+running total of many fits (cross-validation, grid searches) and to refuse fits over a budget.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from sklearn.utils.multiclass import check_classification_targets, unique_labels
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dpopt._validation import check_nonneg, check_positive, check_probability
-from dpopt.accounting import Budget
+from dpopt.accounting import Accountant, Budget
 from dpopt.exceptions import InvalidParameterError, MissingDataBoundsError
 from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball
 from dpopt.solvers import OptimizeResult, minimize
@@ -107,6 +108,7 @@ class _DPLinearModel(BaseEstimator):
             budget=self._budget(),
             rng=self.rng,
             calibration=self.calibration,
+            accountant=self.accountant,
             **options,
         )
 
@@ -173,6 +175,11 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         Extra options for the solver (e.g. ``{"iterations": 500}``).
     rng : int, Generator, "secure" or None, default None
         Randomness of the noise (None: fresh OS entropy each fit).
+    accountant : Accountant or None, default None
+        A shared ledger (``neighbouring="replace_one"``) into which *every* ``fit`` composes what it
+        spends before drawing noise, and which refuses fits over its budget.  It is shared, not
+        copied, by :func:`sklearn.base.clone`, so the fits of a ``GridSearchCV`` or
+        ``cross_val_score`` all land in the one ledger.
 
     Attributes
     ----------
@@ -180,7 +187,8 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
     intercept_ : float
     classes_ : ndarray of shape (2,)
     privacy_spent_ : PrivacySpent
-        What the last ``fit`` spent.
+        What the last ``fit`` spent (each ``fit`` is a new release; the running total of many fits is
+        in the shared ``accountant``).
     solver_ : str
         The method actually used (resolves ``"auto"``).
     l2_penalty_ : float
@@ -226,6 +234,7 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         calibration: str = "tight",
         solver_options: dict[str, Any] | None = None,
         rng: Any = None,
+        accountant: Accountant | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -240,6 +249,7 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         self.calibration = calibration
         self.solver_options = solver_options
         self.rng = rng
+        self.accountant = accountant
 
     def _constraint(self, dim: int) -> Any:
         return None if self.max_norm is None else L2Ball(dim, check_positive(self.max_norm, "max_norm"))
@@ -359,6 +369,7 @@ class DPLinearRegression(_DPRegressor):
         calibration: str = "tight",
         solver_options: dict[str, Any] | None = None,
         rng: Any = None,
+        accountant: Accountant | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -374,6 +385,7 @@ class DPLinearRegression(_DPRegressor):
         self.calibration = calibration
         self.solver_options = solver_options
         self.rng = rng
+        self.accountant = accountant
 
     def _constraint(self, dim: int) -> Any:
         return L2Ball(dim, check_positive(self.max_norm, "max_norm"))
@@ -411,6 +423,7 @@ class DPLasso(_DPRegressor):
         calibration: str = "tight",
         solver_options: dict[str, Any] | None = None,
         rng: Any = None,
+        accountant: Accountant | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -426,6 +439,7 @@ class DPLasso(_DPRegressor):
         self.calibration = calibration
         self.solver_options = solver_options
         self.rng = rng
+        self.accountant = accountant
 
     def _constraint(self, dim: int) -> Any:
         return L1Ball(dim, check_positive(self.radius, "radius"))

@@ -249,6 +249,11 @@ class Accountant(ABC):
     def _verify(self, delta: float) -> float | None:
         return None
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Accountant:
+        # A ledger is shared, never duplicated: a deep copy (e.g. sklearn's ``clone`` of an estimator
+        # holding it) would let two copies spend the same budget twice.  ``fresh()`` makes an empty one.
+        return self
+
     def fresh(self) -> Accountant:
         """An empty accountant of the same kind and settings."""
         new = copy.copy(self)

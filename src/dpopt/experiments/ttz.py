@@ -167,7 +167,7 @@ def run_e1(cfg: SweepConfig, rng: np.random.Generator) -> Iterator[Record]:
                 budget=budget,
                 rng=_child(rng),
                 potential=potential,
-                max_iterations=cfg.max_iterations,
+                max_iter=cfg.max_iterations,
             )
             yield {
                 "sweep": sweep,
@@ -212,7 +212,7 @@ def run_e2(cfg: SweepConfig, rng: np.random.Generator) -> Iterator[Record]:
             prob = ERMProblem("logistic", DataBounds(1.0), C)
             lstar = reference(prob, X, y)
             opts: dict[str, Any] = (
-                {"max_iterations": cfg.max_iterations} if method == "mirror_descent" else {}
+                {"max_iter": cfg.max_iterations} if method == "mirror_descent" else {}
             )
             res = minimize(prob, X, y, method=method, budget=budget, rng=_child(rng), **opts)
             yield {
@@ -254,16 +254,16 @@ def run_e3(cfg: LassoConfig, rng: np.random.Generator) -> Iterator[Record]:
         prob = ERMProblem("squared", DataBounds(1.0, "linf", 1.0), L1Ball(p))
         lstar = reference(prob, X, y)
         runs: list[tuple[str, str, dict[str, Any]]] = [
-            ("noise-FW (tight)", "frank_wolfe", {"max_iterations": cfg.max_iterations}),
+            ("noise-FW (tight)", "frank_wolfe", {"max_iter": cfg.max_iterations}),
             (
                 "noise-FW, paper step μ=1/(T+2)",
                 "frank_wolfe",
-                {"max_iterations": cfg.max_iterations, "step_rule": "paper"},
+                {"max_iter": cfg.max_iterations, "step_rule": "paper"},
             ),
         ]
         if cfg.controls:
             runs += [
-                ("noise-MD, euclidean", "mirror_descent", {"potential": "euclidean", "max_iterations": 300}),
+                ("noise-MD, euclidean", "mirror_descent", {"potential": "euclidean", "max_iter": 300}),
                 ("objective perturbation", "objective_perturbation", {}),
             ]
         for algo, method, opts in runs:
@@ -352,7 +352,7 @@ def run_e4(cfg: CalibrationConfig, rng: np.random.Generator) -> Iterator[Record]
                                 budget=Budget(claimed, cfg.delta),
                                 rng=_child(rng),
                                 calibration=cal,
-                                max_iterations=cfg.max_iterations,
+                                max_iter=cfg.max_iterations,
                             )
                             if method != "objective_perturbation"
                             else minimize(

@@ -95,6 +95,11 @@ class OptimizeResult:
         return self.solution
 
     @property
+    def nit(self) -> int:
+        """Number of iterations run (SciPy's name; same as :attr:`iterations`)."""
+        return self.iterations
+
+    @property
     def success(self) -> bool:
         """True unless an inner solve failed to converge or the run was stopped early."""
         return self.status in ("completed", "converged")

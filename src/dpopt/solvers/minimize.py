@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import functools
-import importlib
 import math
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -19,32 +21,122 @@ from dpopt.accounting import (
     commit,
     make_accountant,
 )
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import DPOptError, InvalidParameterError
 from dpopt.problems import ERMProblem, L1Ball, Polytope, Simplex
 from dpopt.randomness import RNGLike
 from dpopt.solvers._result import OptimizeResult
+from dpopt.solvers.specs import MethodSpec, check_call
 
-__all__ = ["BudgetLike", "available_methods", "minimize", "register_method"]
+__all__ = [
+    "BudgetLike",
+    "available_methods",
+    "describe_methods",
+    "method_spec",
+    "minimize",
+    "register_method",
+]
 
 BudgetLike = Budget | tuple[float, float] | str | None
 SolverFn = Callable[..., OptimizeResult]
 
-_METHODS: dict[str, str | SolverFn] = {
-    "mirror_descent": "dpopt.solvers.mirror_descent:noisy_mirror_descent",
-    "objective_perturbation": "dpopt.solvers.objective_perturbation:private_objective_perturbation",
-    "frank_wolfe": "dpopt.solvers.frank_wolfe:private_frank_wolfe",
-    "output_perturbation": "dpopt.solvers.output_perturbation:private_output_perturbation",
+
+def _strongly_convex(problem: ERMProblem, options: Mapping[str, Any]) -> str | None:
+    if problem.l2_penalty > 0 or options.get("strong_convexity"):
+        return None
+    return (
+        "needs a strongly convex objective (its step sizes and momentum use μ): set problem.l2_penalty > 0 "
+        "or declare strong_convexity=..."
+    )
+
+
+def _penalised(problem: ERMProblem, options: Mapping[str, Any]) -> str | None:
+    if problem.l2_penalty > 0:
+        return None
+    return "needs l2_penalty > 0 (its sensitivity is 2L/(nλ)); set problem.l2_penalty"
+
+
+_GRAD = "dpopt.solvers.gradient:"
+_MULTI = "dpopt.solvers.multistage:"
+#: ranges shared by the DP gradient methods' options
+_GRAD_RANGES: dict[str, tuple[Any, ...]] = {
+    "iterations": (1, None),
+    "batch_size": (1, None),
+    "step_scale": (0, None, True),
+    "clip": (0, None, True),
+    "momentum": (0, 1, False, True),
+    "smoothing": (0, 1, True, False),
+    "smoothness": (0, None, True),
+    "strong_convexity": (0, None, True),
+    "bucket_size": (1, None),
+    "p": (1, None),
+    "first_stage": (1, None),
+    "initial_gap": (0, None, True),
+}
+
+
+def _grad(summary: str, target: str, *, strongly_convex: bool = False, **kw: Any) -> MethodSpec:
+    return MethodSpec(
+        summary=summary,
+        target=target,
+        unconstrained=True,
+        neighbouring=("replace_one", "add_remove"),
+        noise=("laplace", "gaussian"),
+        calibrations=("tight", "paper"),
+        requires=(_strongly_convex,) if strongly_convex else (),
+        ranges=_GRAD_RANGES,
+        **kw,
+    )
+
+
+_METHODS: dict[str, MethodSpec] = {
+    "mirror_descent": MethodSpec(
+        summary="Noise-MD: noisy mirror descent in the constraint set's own geometry ([TTZ] Alg. 1)",
+        target="dpopt.solvers.mirror_descent:noisy_mirror_descent",
+        iteration_option="max_iterations",  # caps the theory's T (``iterations`` fixes T exactly)
+        ranges={"iterations": (1, None), "max_iterations": (1, None), "step_size": (0, None, True)},
+    ),
+    "objective_perturbation": MethodSpec(
+        summary="objective perturbation with Gaussian noise, unconstrained or projected ([TTZ] Alg. 2, KST12)",
+        target="dpopt.solvers.objective_perturbation:private_objective_perturbation",
+        unconstrained=True,
+        calibrations=("tight", "kst", "paper"),
+        iterative=False,
+        iteration_option="max_iterations",
+        ranges={"tol": (0, None, True), "max_iterations": (1, None), "jacobian_fraction": (0, 1, True, True)},
+    ),
+    "frank_wolfe": MethodSpec(
+        summary="Noise-FW: private Frank-Wolfe, exponential mechanism on polytope vertices ([TTZ] Algs. 4-5)",
+        target="dpopt.solvers.frank_wolfe:private_frank_wolfe",
+        noise=("laplace", "gaussian"),
+        calibrations=("tight", "conservative", "paper"),
+        iteration_option="max_iterations",  # caps the theory's T (``iterations`` fixes T exactly)
+        ranges={"iterations": (1, None), "max_iterations": (1, None)},
+    ),
+    "output_perturbation": MethodSpec(
+        summary="output perturbation of the l2-regularised minimiser (Chaudhuri et al. 2011)",
+        target="dpopt.solvers.output_perturbation:private_output_perturbation",
+        unconstrained=True,
+        calibrations=("tight",),
+        iterative=False,
+        iteration_option="max_iterations",
+        requires=(_penalised,),
+        ranges={"tol": (0, None, True), "max_iterations": (1, None)},
+    ),
     # DP gradient methods with smoothing and multistage acceleration (thesis ch. 4)
-    "dp_gd": "dpopt.solvers.gradient:dp_gd",
-    "dp_sgd": "dpopt.solvers.gradient:dp_gd",
-    "dp_heavy_ball": "dpopt.solvers.gradient:dp_heavy_ball",
-    "dp_nesterov": "dpopt.solvers.gradient:dp_nesterov",
-    "dp_gdws": "dpopt.solvers.gradient:dp_gdws",
-    "dp_sgdws": "dpopt.solvers.gradient:dp_gdws",
-    "dp_online_gdws": "dpopt.solvers.gradient:dp_online_gdws",
-    "dp_masg": "dpopt.solvers.multistage:dp_masg",
-    "dp_mag": "dpopt.solvers.multistage:dp_mag",
-    "dp_smag": "dpopt.solvers.multistage:dp_mag",
+    "dp_gd": _grad("DP gradient descent on clipped per-example gradients (full batch)", _GRAD + "dp_gd"),
+    "dp_sgd": _grad("DP-SGD: dp_gd on sampled batches (pass batch_size)", _GRAD + "dp_gd"),
+    "dp_heavy_ball": _grad("DP heavy-ball momentum (DP-HB / DP-SHB)", _GRAD + "dp_heavy_ball", strongly_convex=True),
+    "dp_nesterov": _grad("DP Nesterov acceleration (DP-NAG / DP-SNAG)", _GRAD + "dp_nesterov", strongly_convex=True),
+    "dp_gdws": _grad("DP-GDwS: DP gradient descent with exponential smoothing (thesis Alg. 4)", _GRAD + "dp_gdws"),
+    "dp_sgdws": _grad("DP-SGDwS: the stochastic DP-GDwS (thesis Alg. 6)", _GRAD + "dp_gdws"),
+    "dp_online_gdws": _grad(
+        "DP-onlineGDwS: one pass over disjoint buckets (parallel composition)",
+        _GRAD + "dp_online_gdws",
+        iteration_option=None,
+    ),
+    "dp_masg": _grad("DP M-ASG: multistage accelerated SGD baseline", _MULTI + "dp_masg", strongly_convex=True),
+    "dp_mag": _grad("DP-MAG: multistage accelerated gradient (thesis ch. 4)", _MULTI + "dp_mag", strongly_convex=True),
+    "dp_smag": _grad("DP-SMAG: the stochastic DP-MAG", _MULTI + "dp_mag", strongly_convex=True),
 }
 _ALIASES = {
     "noisy_md": "mirror_descent",
@@ -56,20 +148,28 @@ _ALIASES = {
 }
 
 
-def register_method(name: str, solver: str | SolverFn, *, replace: bool = False) -> None:
+def register_method(
+    name: str, solver: str | SolverFn, *, spec: MethodSpec | None = None, replace: bool = False
+) -> None:
     """Make ``solver`` available as ``minimize(..., method=name)``.
 
     ``solver`` is a callable with the signature of the built-in methods (``solver(problem, X, y, *,
     budget, rng, calibration, accountant, diagnostics, **options) -> OptimizeResult``) or a
-    ``"module:function"`` string imported on first use (so registering costs no import).
+    ``"module:function"`` string imported on first use (so registering costs no import).  ``spec``
+    declares what it supports (default: any bounded constraint set, any loss, replace-one,
+    ``calibration`` "tight"/"paper", options read from its signature); ``minimize`` enforces it and the
+    contract suites in ``tests/contracts/`` test it.
     """
     if not isinstance(name, str) or not name:
         raise InvalidParameterError("name: expected a non-empty string")
     if not (callable(solver) or (isinstance(solver, str) and ":" in solver)):
         raise InvalidParameterError("solver: expected a callable or a 'module:function' string")
+    if spec is not None and not isinstance(spec, MethodSpec):
+        raise InvalidParameterError("spec: expected a dpopt.solvers.specs.MethodSpec or None")
     if name in _METHODS and not replace:
         raise InvalidParameterError(f"method {name!r} is already registered; pass replace=True")
-    _METHODS[name] = solver
+    base = spec or MethodSpec(summary=f"user-registered method {name!r}", target=solver)
+    _METHODS[name] = dataclasses.replace(base, target=solver)
 
 
 def available_methods() -> list[str]:
@@ -77,19 +177,24 @@ def available_methods() -> list[str]:
     return sorted(_METHODS)
 
 
-def _resolve(method: str) -> SolverFn:
+def method_spec(method: str) -> MethodSpec:
+    """The declared :class:`~dpopt.solvers.specs.MethodSpec` of a registered method (or alias)."""
     name = _ALIASES.get(method, method)
     if name not in _METHODS:
-        raise InvalidParameterError(
-            f"method: unknown {method!r}; choose one of {available_methods()} or 'auto'"
-        )
-    target = _METHODS[name]
-    if isinstance(target, str):
-        module, func = target.split(":")
-        target = getattr(importlib.import_module(module), func)
-        _METHODS[name] = target
-    assert callable(target)
-    return target
+        close = difflib.get_close_matches(str(method), [*_METHODS, *_ALIASES], n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise InvalidParameterError(f"method: unknown {method!r}; {hint}choose one of {available_methods()} or 'auto'")
+    return _METHODS[name]
+
+
+def describe_methods() -> str:
+    """One line per registered method: its name and what it is (``help(minimize)`` shows this)."""
+    width = max(len(k) for k in _METHODS)
+    return "\n".join(f"{k.ljust(width)}  {s.summary}" for k, s in sorted(_METHODS.items()))
+
+
+def _resolve(method: str) -> SolverFn:
+    return method_spec(method).solver()
 
 
 def _auto_method(problem: ERMProblem) -> str:
@@ -159,6 +264,7 @@ def minimize(
     calibration: str = "tight",
     accountant: Accountant | None = None,
     diagnostics: bool = False,
+    max_iter: int | None = None,
     **options: Any,
 ) -> OptimizeResult:
     """Solve a private empirical-risk-minimisation problem.
@@ -172,10 +278,12 @@ def minimize(
     y : ndarray of shape (n_samples,)
         Private labels.
     method : str, default "auto"
-        ``"mirror_descent"`` (Noise-MD, [TTZ] Alg. 1), ``"objective_perturbation"`` (Alg. 2),
-        ``"frank_wolfe"`` (Noise-FW, Algs. 4-5), or a registered method.  ``"auto"`` picks
-        Frank-Wolfe for polytopes (l1 ball, simplex, vertex polytopes), objective perturbation
-        without a constraint set, and mirror descent otherwise.
+        A registered method (the list is below; ``available_methods()``, ``describe_methods()``).
+        ``"auto"`` picks Frank-Wolfe for polytopes (l1 ball, simplex, vertex polytopes), objective
+        perturbation without a constraint set, and mirror descent otherwise.  Each method declares
+        what it supports (:func:`method_spec`): constraint sets, losses, neighbouring relations,
+        calibrations and its options with types and ranges; ``minimize`` checks the call against
+        the declaration before anything runs and names the methods that do support what was asked.
     budget : Budget, (ε, δ) or "non-private"
         The privacy budget.  ``"non-private"`` (or ε = inf) runs without noise (for references and
         tests; the result says ε = ∞).
@@ -192,12 +300,30 @@ def minimize(
     diagnostics : bool, default False
         Also compute **non-private** diagnostics on the raw data (objective value, ...), returned in
         ``result.nonprivate_diagnostics``.
+    max_iter : int, optional
+        The planned number of iterations of an iterative method (for the DP gradient methods and
+        Frank-Wolfe: exactly the number run, fixed before seeing the data; for the perturbation
+        methods: the inner solver's cap).  The methods' own names (``iterations``,
+        ``max_iterations``) still work through ``minimize`` with a ``DeprecationWarning``.
     **options
-        Method-specific options (iterations, step sizes, potential, ...).
+        Method-specific options (step sizes, potential, batch size, ...), documented in each
+        method's function (``dpopt.solvers.<function>``, listed by ``method_spec(name).target``).
+        An unknown option raises with a did-you-mean and the valid names.
 
     Returns
     -------
     OptimizeResult
+        ``solution`` (the private release), ``privacy`` (what was spent), ``status``, ``nit``
+        (iterations run).  Unlike SciPy's ``OptimizeResult`` it is a frozen dataclass that keeps
+        the private release apart from ``nonprivate_diagnostics``.
+
+    Raises
+    ------
+    InvalidParameterError
+        The method does not support the problem, the calibration, the accountant's relation or an
+        option (raised before anything runs, nothing spent).
+    BudgetExceededError
+        The plan does not fit ``budget`` or the caller's ``accountant`` (nothing drawn).
 
     Privacy
     -------
@@ -206,13 +332,34 @@ def minimize(
     (which is checked, or enforced by clipping when ``DataBounds(clip=True)``).  Sensitivities
     are derived from the declared bounds and the constraint set only.  Only the returned
     ``solution`` (and, for mirror descent, the iterates it averages) is covered; diagnostics are
-    not private.  Calibrations: see ``calibration`` and each method's docstring.
+    not private.  Calibrations: see ``calibration`` and each method's docstring.  The whole planned
+    run is composed into the accountants (:func:`dpopt.accounting.commit`) before any noise is drawn.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dpopt import Budget, minimize
+    >>> from dpopt.problems import DataBounds, ERMProblem, L1Ball, SquaredLoss
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-1, 1, size=(500, 10)); y = np.clip(X[:, 0] * 0.5, -1, 1)
+    >>> lasso = ERMProblem(SquaredLoss(), DataBounds(feature_norm=1.0, norm="linf", label_bound=1.0),
+    ...                    L1Ball(dim=10, radius=1.0))
+    >>> fit = minimize(lasso, X, y, method="frank_wolfe", budget=Budget(1.0, 1e-6), rng=1)
+    >>> fit.status, fit.privacy.neighbouring
+    ('completed', 'replace_one')
     """
     if not isinstance(problem, ERMProblem):
         raise InvalidParameterError("problem: expected a dpopt.problems.ERMProblem")
-    name = _auto_method(problem) if method == "auto" else method
-    solver = _resolve(name)
-    return solver(
+    if not isinstance(method, str):
+        raise InvalidParameterError("method: expected a method name (a string); see available_methods()")
+    name = _auto_method(problem) if method == "auto" else _ALIASES.get(method, method)
+    spec = method_spec(name)
+    opts = _iteration_limit(name, spec, dict(options), max_iter)
+    rel = accountant.neighbouring if isinstance(accountant, Accountant) else None
+    if not isinstance(calibration, str):
+        raise InvalidParameterError(f"calibration: expected one of {list(spec.calibrations)}")
+    check_call(name, spec, problem, calibration, rel, opts, _METHODS)
+    result = spec.solver()(
         problem,
         X,
         y,
@@ -221,8 +368,53 @@ def minimize(
         calibration=calibration,
         accountant=accountant,
         diagnostics=diagnostics,
-        **options,
+        **opts,
     )
+    _check_feasible(name, problem, result)
+    return result
+
+
+def _iteration_limit(name: str, spec: MethodSpec, options: dict[str, Any], max_iter: int | None) -> dict[str, Any]:
+    """Map ``max_iter`` to the method's own option; old names still work, with a DeprecationWarning."""
+    own = spec.iteration_option
+    if own is not None and own in options:
+        warnings.warn(
+            f"minimize(..., {own}=...) is deprecated for method {name!r}; pass max_iter=... (the old name "
+            "will be removed in the next release)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if max_iter is not None:
+            raise InvalidParameterError(f"max_iter: pass either max_iter or {own}, not both")
+    if max_iter is None:
+        return options
+    if own is None:
+        raise InvalidParameterError(
+            f"max_iter: method {name!r} has no iteration limit (its number of steps is fixed by its design)"
+        )
+    options[own] = max_iter
+    return options
+
+
+def _check_feasible(name: str, problem: ERMProblem, result: OptimizeResult) -> None:
+    """Safety net of the method contract: a method that supports a constraint set returns a point in it."""
+    C = problem.constraint
+    if C is None or not isinstance(result, OptimizeResult):
+        return
+    if not C.contains(result.solution, tol=1e-6):
+        raise DPOptError(
+            f"internal error: method {name!r} returned a point outside the {type(C).__name__} it declares to "
+            "support; please report this bug (the release is not covered by the method's analysis)"
+        )
+
+
+def _methods_help() -> str:
+    lines = describe_methods().splitlines()
+    return "\n    Methods\n    -------\n" + "\n".join("    " + ln for ln in lines) + "\n"
+
+
+if minimize.__doc__:  # help(minimize) lists every built-in method with one line each
+    minimize.__doc__ += _methods_help()
 
 
 def nonprivate_diagnostics(problem: ERMProblem, theta: np.ndarray, X: Any, y: np.ndarray) -> dict[str, Any]:
