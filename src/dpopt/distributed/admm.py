@@ -36,7 +36,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from dpopt._validation import check_array, check_int, check_positive
-from dpopt.accounting import Budget, PrivacySpent
+from dpopt.accounting import (
+    Accountant,
+    Budget,
+    EpsilonDeltaEvent,
+    NonPrivateEvent,
+    PrivacySpent,
+    charge,
+    check_caller_accountant,
+    commit,
+)
 from dpopt.distributed import _admm_node
 from dpopt.distributed._admm_node import LocalSolveError, ShardSpec, logistic_newton
 from dpopt.distributed.admm_privacy import (
@@ -477,6 +486,7 @@ class PrivateADMM:
         checkpoint_every: int = 10,
         max_recoveries: int = 3,
         callback: Callable[[RoundInfo], Any] | None = None,
+        accountant: Accountant | None = None,
     ) -> ADMMResult:
         """Run T rounds on per-node data ``data[i] = (X_i, y_i)``.
 
@@ -498,7 +508,12 @@ class PrivateADMM:
             workers from the last checkpoint and replays (bit-identically), at most
             ``max_recoveries`` times, else re-raises :class:`~dpopt.distributed.engines.EngineError`.
         callback : callable, optional
-            ``callback(RoundInfo)`` after each round; raising ``StopIteration`` stops the run.
+            ``callback(RoundInfo)`` after each round; returning ``True`` or raising ``StopIteration``
+            stops the run (status ``"stopped"``).
+        accountant : Accountant, optional
+            A caller's ledger (``neighbouring="replace_one"``): the whole planned run's guarantee
+            (the worst node's bound P(T) over all T rounds, pure ε) is composed into it before any
+            noise is drawn; it refuses when over its budget (nothing is drawn then).
 
         Returns
         -------
@@ -552,15 +567,9 @@ class PrivateADMM:
             notes.append("η_i(t) decreases somewhere: outside the convergence theorem (Thm 3.1)")
         ledger = self.privacy_bound(sizes)
         alpha = self._alpha_table(sizes) if private else None
-        if private and self.budget is not None and claim_holds:
-            worst = float(ledger[-1].max())
-            if worst > self.budget.epsilon * (1 + 1e-9):
-                raise BudgetExceededError(
-                    f"the privacy bound P(T)={worst:.4g} exceeds the budget ε={self.budget.epsilon:g}; "
-                    "add noise (smaller noise_rate), raise penalties, or run fewer rounds"
-                )
         if isinstance(self.init, np.ndarray) and self.init.shape != (n, dim):
             raise InvalidParameterError(f"init: expected shape ({n}, {dim})")
+        self._commit(private, claim_holds, float(ledger[-1].max()) if private else math.inf, accountant)
         # run key
         g = check_rng(rng)
         if isinstance(g, SecureRNG):
@@ -619,8 +628,10 @@ class PrivateADMM:
                     checkpoint = (t, eng.call("snapshot"))
                 if callback is not None:
                     try:
-                        callback(RoundInfo(t, models.copy(), float(ledger[t - 1].max())))
+                        stop = callback(RoundInfo(t, models.copy(), float(ledger[t - 1].max())))
                     except StopIteration:
+                        stop = True
+                    if stop is True:
                         status = "stopped"
                         break
         finally:
@@ -692,6 +703,40 @@ class PrivateADMM:
             nonprivate_history=nonpriv,
             message=msg,
         )
+
+    def _commit(self, private: bool, claim_holds: bool, worst: float, accountant: Accountant | None) -> None:
+        """Pay for the whole planned run (all rounds, worst node) before the run key or any noise is drawn."""
+        if not private:
+            commit(None, budget=None, neighbouring="replace_one", accountant=accountant, label="admm")
+            return
+        if not claim_holds:  # mode="reproduce" with failed assumptions: no finite guarantee
+            charge(
+                check_caller_accountant(accountant, "replace_one", who="private ADMM"),
+                NonPrivateEvent("private ADMM with failed assumptions (no finite guarantee)"),
+                label=f"admm-{self.method}",
+            )
+            return
+        event = EpsilonDeltaEvent(worst, 0.0, rule=f"admm-{self.method}-thm4.1")
+        if self.budget is None:
+            charge(check_caller_accountant(accountant, "replace_one", who="private ADMM"), event, f"admm-{self.method}")
+            return
+        try:
+            commit(
+                event,
+                budget=Budget(self.budget.epsilon, 0.0),
+                neighbouring="replace_one",
+                kind="basic",
+                accountant=accountant,
+                label=f"admm-{self.method}",
+                options={"verify": False},  # a pure-ε bound composed exactly by basic composition
+            )
+        except BudgetExceededError as err:
+            if "budget ε=" in str(err) and worst > self.budget.epsilon * (1 + 1e-9):
+                raise BudgetExceededError(
+                    f"the privacy bound P(T)={worst:.4g} exceeds the budget ε={self.budget.epsilon:g}; "
+                    "add noise (smaller noise_rate), raise penalties, or run fewer rounds"
+                ) from None
+            raise
 
     def _build_specs(
         self,

@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -388,6 +389,8 @@ def _iteration_limit(name: str, spec: MethodSpec, options: dict[str, Any], max_i
             raise InvalidParameterError(f"max_iter: pass either max_iter or {own}, not both")
     if max_iter is None:
         return options
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
+        raise InvalidParameterError("max_iter: expected a positive int (the number of iterations)")
     if own is None:
         raise InvalidParameterError(
             f"max_iter: method {name!r} has no iteration limit (its number of steps is fixed by its design)"
