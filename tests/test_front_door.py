@@ -58,13 +58,13 @@ def test_unknown_option_gets_did_you_mean() -> None:
 def test_option_types_and_ranges_are_checked_before_running() -> None:
     X, y = _logistic()
     P = ERMProblem(LogisticLoss(), DataBounds(1.0), L2Ball(5))
-    with pytest.raises(InvalidParameterError, match="batch_size.*out of range"):
+    with pytest.raises(InvalidParameterError, match=r"batch_size.*out of range"):
         minimize(P, X, y, method="dp_sgd", budget=Budget(1.0, 1e-5), rng=0, batch_size=0)
-    with pytest.raises(InvalidParameterError, match="grad_scale.*one of"):
+    with pytest.raises(InvalidParameterError, match=r"grad_scale.*one of"):
         minimize(P, X, y, method="dp_gd", budget=Budget(1.0, 1e-5), rng=0, grad_scale="median")
     with pytest.raises(InvalidParameterError, match="max_iter: expected a positive int"):
         minimize(P, X, y, method="dp_gd", budget=Budget(1.0, 1e-5), rng=0, max_iter=2.5)
-    with pytest.raises(InvalidParameterError, match="calibration.*accepts"):
+    with pytest.raises(InvalidParameterError, match=r"calibration.*accepts"):
         minimize(P, X, y, method="output_perturbation", budget=Budget(1.0, 1e-5), rng=0, calibration="paper")
 
 

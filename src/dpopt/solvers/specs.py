@@ -165,7 +165,7 @@ class MethodSpec:
         fn = getattr(importlib.import_module(module), func)
         if not callable(fn):  # pragma: no cover - registry error
             raise InvalidParameterError(f"method target {self.target!r} is not callable")
-        return fn  # type: ignore[no-any-return]
+        return fn
 
     def options(self) -> dict[str, OptionSpec]:
         """The method's options (from the solver's signature and ``ranges``), by name."""
