@@ -92,16 +92,16 @@ def main() -> None:
         print(f"{'training RMSE at':<34}{header}")
         runs = {}
         runs["hamsi-1"] = hamsi(
-            problem, time_budget=budget, max_epochs=10**7, n_threads=1, rng=args.seed, **REFERENCE
+            problem, time_budget=budget, max_iter=10**7, n_threads=1, rng=args.seed, **REFERENCE
         )
         print(row("dpopt HAMSI, 1 thread", runs["hamsi-1"], CPP_HAMSI, budget), flush=True)
         runs["hamsi-2"] = hamsi(
-            problem, time_budget=budget, max_epochs=10**7, n_threads=2, rng=args.seed, **REFERENCE
+            problem, time_budget=budget, max_iter=10**7, n_threads=2, rng=args.seed, **REFERENCE
         )
         print(row("dpopt HAMSI, 2 threads", runs["hamsi-2"], CPP_HAMSI, budget), flush=True)
-        runs["hamsi-def"] = hamsi(problem, time_budget=budget, max_epochs=10**7, n_threads=1, rng=args.seed)
+        runs["hamsi-def"] = hamsi(problem, time_budget=budget, max_iter=10**7, n_threads=1, rng=args.seed)
         print(row("dpopt HAMSI defaults, 1 thread", runs["hamsi-def"], None, budget), flush=True)
-        runs["mbgd-1"] = mbgd(problem, time_budget=budget, max_epochs=10**7, n_threads=1, rng=args.seed)
+        runs["mbgd-1"] = mbgd(problem, time_budget=budget, max_iter=10**7, n_threads=1, rng=args.seed)
         print(row("dpopt mb-GD, 1 thread", runs["mbgd-1"], CPP_MBGD, budget), flush=True)
         print("\nTime split (Fig. 3.7):")
         for name, res in runs.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import numpy as np
@@ -119,11 +120,11 @@ def test_hamsi_step_is_regularised_newton_on_a_quadratic() -> None:
     # H1 with one subset of one block and the exact Hessian: each epoch is that step with β_t
     alpha = [list(range(n))]
     x1 = hamsi_dense(
-        lambda fn, x: A @ x - b, lambda x: A, x0, [[[0]]], alpha, eta=0.5, gamma=1.0, max_epochs=1
+        lambda fn, x: A @ x - b, lambda x: A, x0, [[[0]]], alpha, eta=0.5, gamma=1.0, max_iter=1
     )
     np.testing.assert_allclose(x1, x0 - np.linalg.solve(A + 0.5 * np.eye(n), A @ x0 - b), rtol=1e-10)
     A1 = A + np.eye(n)
-    xs = hamsi_dense(lambda fn, x: A1 @ x - b, lambda x: A1, x0, [[[0]]], alpha, max_epochs=60)
+    xs = hamsi_dense(lambda fn, x: A1 @ x - b, lambda x: A1, x0, [[[0]]], alpha, max_iter=60)
     np.testing.assert_allclose(xs, np.linalg.solve(A1, b), rtol=1e-6, atol=1e-8)
     with pytest.raises(InvalidParameterError, match="positive definite"):
         hamsi_step(x0, g, -np.eye(n), 0.5)
@@ -151,7 +152,7 @@ def test_hamsi_dense_on_example_cover_converges() -> None:
         return H
 
     cover = [[[0], [3, 5]], [[2, 4], [1]]]
-    x = hamsi_dense(grad, hess, np.zeros(5), cover, alpha, eta=0.06, gamma=0.51, max_epochs=400)
+    x = hamsi_dense(grad, hess, np.zeros(5), cover, alpha, eta=0.06, gamma=0.51, max_iter=400)
     assert np.linalg.norm(grad(np.arange(6), x)) < 1e-3 * np.linalg.norm(grad(np.arange(6), np.zeros(5)))
 
 
@@ -168,7 +169,7 @@ def test_serial_and_parallel_iterates_are_identical(
 ) -> None:
     monkeypatch.setattr(_execution, "_PARALLEL_WORK", 0)  # run even these small subsets in parallel
     part = None if scheme is None else make_partition(synth.ratings, scheme, n_subsets=4, n_threads=2, rng=5)
-    kw = dict(max_epochs=12, rng=3, memory=3, schedule="det")
+    kw = dict(max_iter=12, rng=3, memory=3, schedule="det")
     r1 = hamsi(synth, part, n_threads=1, **kw)  # type: ignore[arg-type]
     r2 = hamsi(synth, part, n_threads=2, **kw)  # type: ignore[arg-type]
     r3 = hamsi(synth, part, n_threads=2, backend="numba", **kw)  # type: ignore[arg-type]
@@ -182,13 +183,13 @@ def test_hamsi_beats_mbgd_and_result_fields(synth: MatrixFactorizationProblem) -
     train, test = split_ratings(synth.ratings, 0.2, rng=0)
     p = MatrixFactorizationProblem(train, 6, l2=1e-3)
     part = strata_b(train, 2)
-    h = hamsi(p, part, max_epochs=40, rng=1, test=test)
-    g = mbgd(p, part, max_epochs=40, rng=1, test=test)
+    h = hamsi(p, part, max_iter=40, rng=1, test=test)
+    g = mbgd(p, part, max_iter=40, rng=1, test=test)
     assert isinstance(h, HamsiResult)
     assert h.history_rmse[0] == pytest.approx(g.history_rmse[0])  # same seed, same start
     assert h.rmse < 0.5 * g.rmse
     assert h.rmse < 0.3 * h.history_rmse[0]
-    assert h.status == "max_epochs" and h.n_epochs == 40 and h.n_steps == 40 * 3
+    assert h.status == "max_iter" and h.n_epochs == 40 and h.n_steps == 40 * 3
     assert g.n_steps == 40 * 2 and g.n_pairs_accepted == 0
     assert h.history_test_rmse is not None and h.history_test_rmse.shape == h.history_rmse.shape
     assert h.test_rmse is not None and np.isfinite(h.test_rmse)
@@ -200,28 +201,28 @@ def test_hamsi_beats_mbgd_and_result_fields(synth: MatrixFactorizationProblem) -
 
 
 def test_stochastic_schedule_is_seeded(synth: MatrixFactorizationProblem) -> None:
-    a = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_epochs=5, rng=9)
-    b = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_epochs=5, rng=9)
-    c = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_epochs=5, rng=10)
+    a = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_iter=5, rng=9)
+    b = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_iter=5, rng=9)
+    c = hamsi(synth, "hogwild", n_subsets=3, schedule="stoc", max_iter=5, rng=10)
     assert np.array_equal(a.U, b.U)
     assert not np.array_equal(a.U, c.U)
 
 
 def test_time_budget_and_divergence(synth: MatrixFactorizationProblem) -> None:
-    r = hamsi(synth, max_epochs=10**6, time_budget=0.05, rng=0)
-    assert r.status == "time_budget" and r.elapsed >= 0.05
-    d = mbgd(synth, eta=1e-12, max_epochs=50, rng=0)  # absurd steps
-    assert d.status == "diverged"
+    r = hamsi(synth, max_iter=10**6, time_budget=0.05, rng=0)
+    assert r.status == "max_time" and r.elapsed >= 0.05
+    d = mbgd(synth, eta=1e-12, max_iter=50, rng=0)  # absurd steps
+    assert d.status == "failed"
     assert np.all(np.isfinite(d.U)) and np.all(np.isfinite(d.V))
     assert d.rmse == min(d.history_rmse) and d.rmse <= d.history_rmse[0]
 
 
 def test_restart_safeguard_prevents_divergence(synth: MatrixFactorizationProblem) -> None:
-    kw = dict(n_subsets=4, beta_counter="outer", max_epochs=40, rng=1)
+    kw = dict(n_subsets=4, beta_counter="outer", max_iter=40, rng=1)
     raw = hamsi(synth, "color-b", safeguard=False, **kw)  # type: ignore[arg-type]
     safe = hamsi(synth, "color-b", **kw)  # type: ignore[arg-type]
-    assert raw.status == "diverged" and raw.n_restarts == 0
-    assert safe.status == "max_epochs" and safe.n_restarts > 0
+    assert raw.status == "failed" and raw.n_restarts == 0
+    assert safe.status == "max_iter" and safe.n_restarts > 0
     assert safe.rmse < 0.1 * safe.history_rmse[0]
 
 
@@ -250,7 +251,7 @@ def test_movielens_hamsi_far_below_mbgd(shared_datasets: Path) -> None:
     if not path.is_file():
         pytest.skip("MovieLens 100K not available")
     p = MatrixFactorizationProblem(load_movielens(path), 50)
-    kw = dict(max_epochs=60, rng=1453, eval_every=60)
+    kw = dict(max_iter=60, rng=1453, eval_every=60)
     h = hamsi(p, beta_counter="inner", sigma_mode="running_min", curvature="reference", **kw)  # type: ignore[arg-type]
     g = mbgd(p, **kw)  # type: ignore[arg-type]
     assert 7.5 < h.history_rmse[0] < 8.5
@@ -261,7 +262,7 @@ def test_movielens_hamsi_far_below_mbgd(shared_datasets: Path) -> None:
 @pytest.mark.parametrize("n_shards", [1, 2, 3])
 def test_distributed_matches_in_process_strata_b(synth: MatrixFactorizationProblem, n_shards: int) -> None:
     p = MatrixFactorizationProblem(synth.ratings, 6, l2=1e-3)
-    kw = dict(max_epochs=10, memory=3, rng=3)
+    kw = dict(max_iter=10, memory=3, rng=3)
     local = hamsi(p, strata_b(p.ratings, n_shards), safeguard=False, **kw)  # type: ignore[arg-type]
     dist = hamsi_distributed(p, n_shards, **kw)  # type: ignore[arg-type]
     # same gradients; inner products summed per shard (different rounding only)
@@ -280,7 +281,28 @@ def test_distributed_engines_are_bit_identical(
         pytest.skip("starts worker processes / a Ray cluster; run with -m slow")
     if engine == "ray":
         pytest.importorskip("ray")
-    kw = dict(max_epochs=6, memory=3, rng=3)
+    kw = dict(max_iter=6, memory=3, rng=3)
     ref = hamsi_distributed(synth, 2, **kw)  # type: ignore[arg-type]
     other = hamsi_distributed(synth, 2, engine=engine, **kw)  # type: ignore[arg-type]
     assert np.array_equal(ref.U, other.U) and np.array_equal(ref.V, other.V)
+
+
+def test_callback_protocol_and_deprecated_max_epochs() -> None:
+    synth = MatrixFactorizationProblem(make_low_rank_ratings(40, 30, rank=2, density=0.3, rng=0), rank=2)
+    seen: list[int] = []
+
+    def cb(info):  # one protocol: IterationInfo in, True (or StopIteration) stops
+        seen.append(info.nit)
+        assert info["rmse"] == info.rmse and math.isfinite(info.rmse)
+        return info.nit >= 3
+
+    r = hamsi(synth, max_iter=10, rng=0, callback=cb)
+    assert r.status == "stopped" and r.nit == r.n_epochs == 3 and seen == [1, 2, 3]
+    with pytest.warns(DeprecationWarning, match="max_iter"):
+        old = hamsi(synth, max_epochs=4, rng=0)
+    assert old.status == "max_iter" and old.nit == 4
+    def stop(info):
+        raise StopIteration
+
+    d = hamsi_distributed(synth, 2, max_iter=5, rng=0, callback=stop)
+    assert d.status == "stopped" and d.nit == 1

@@ -166,7 +166,7 @@ def _fit(
     seed = int(rng.integers(2**31))
     part = make_partition(problem.ratings, scheme, n_subsets=cfg.n_subsets, n_threads=threads, rng=seed)
     common: dict[str, Any] = dict(
-        schedule=schedule, time_budget=cfg.time_budget, max_epochs=cfg.max_epochs, n_threads=threads, test=test,
+        schedule=schedule, time_budget=cfg.time_budget, max_iter=cfg.max_epochs, n_threads=threads, test=test,
         rng=seed, init_scale=cfg.init_scale,
     )  # fmt: skip
     if algorithm == "hamsi":
@@ -338,7 +338,7 @@ def _table31(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[dict[
                 ]
                 if cell:
                     mean = round(float(np.mean([r[field_] for r in cell])), 4)
-                    diverged = sum(r.get("status") == "diverged" for r in cell)
+                    diverged = sum(r.get("status") in ("diverged", "failed") for r in cell)
                     # a diverged run reports the RMSE of its last finite iterate
                     row[scheme] = f"{mean} ({diverged}/{len(cell)} diverged)" if diverged else mean
             if len(row) > 4:

@@ -16,6 +16,7 @@ from dpopt._validation import check_int, check_nonneg, check_positive
 from dpopt.datasets import Ratings
 from dpopt.distributed.partition import Partition, make_partition
 from dpopt.exceptions import InvalidParameterError
+from dpopt.iteration import Callback, notify
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers import _mf_kernels as _k
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS
@@ -123,6 +124,9 @@ def _resolve_partition(
     return partition
 
 
+_DIVERGED = "diverged (non-finite values); the factors are the best evaluated iterate"
+
+
 def _run(
     problem: MatrixFactorizationProblem,
     partition: Partition | str | None,
@@ -152,6 +156,7 @@ def _run(
     test: Ratings | None,
     eval_every: int,
     rng: RNGLike,
+    callback: Callback | None = None,
 ) -> HamsiResult:
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
@@ -242,7 +247,8 @@ def _run(
             repeat_first=(method == "hamsi" and K > 1),
             rng=r_sched,
         )
-        status = "max_epochs"
+        status = "max_iter"
+        message = ""
         steps = 0
         epoch = 0
         ref_x = ref_g = None
@@ -263,7 +269,7 @@ def _run(
                 bad = not math.isfinite(sse) or not np.isfinite(g).all()
                 guarded = safeguard and lbfgs is not None and safe_x is not None and qn_since_safe
                 if bad and not guarded:
-                    status = "diverged"
+                    status, message = "failed", _DIVERGED
                     x[:] = best_x
                     stop = True
                     elapsed += t1 - t0
@@ -299,7 +305,7 @@ def _run(
                     timings["hessian"] += t2 - t1
                     elapsed += t2 - t0
                     if elapsed >= budget:
-                        status = "time_budget"
+                        status = "max_time"
                         stop = True
                     break  # start the next outer iteration from the restored point
                 t2 = time.perf_counter()
@@ -318,18 +324,22 @@ def _run(
                 timings["update"] += t3 - t2
                 elapsed += t3 - t0
                 if elapsed >= budget:
-                    status = "time_budget"
+                    status = "max_time"
                     stop = True
                     break
             epoch += 1
             if stop or epoch % eval_every == 0 or epoch == max_epochs:
                 if not np.all(np.isfinite(x)):  # hand back the best evaluated iterate
-                    status = "diverged"
+                    status, message = "failed", _DIVERGED
                     stop = True
                     x[:] = best_x
                 evaluate(epoch)
-                if status == "diverged" and hist_r[-1] > best_rmse[0]:
+                if status == "failed" and hist_r[-1] > best_rmse[0]:
                     x[:] = best_x  # finite but exploded: also hand back the best iterate
+                    evaluate(epoch)
+            if not stop and notify(callback, epoch, rmse=hist_r[-1], elapsed=elapsed):
+                status, stop = "stopped", True
+                if hist_e[-1] != epoch:
                     evaluate(epoch)
 
     options = {
@@ -359,4 +369,5 @@ def _run(
         n_threads=used_threads,
         partition_balance=MappingProxyType(part.balance()),
         options=MappingProxyType(options),
+        message=message or f"{method}: {epoch} epochs ({status})",
     )

@@ -6,12 +6,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dpopt.datasets import Ratings
 from dpopt.distributed.partition import Partition
+from dpopt.iteration import Callback, deprecated_alias
 from dpopt.randomness import RNGLike
 from dpopt.solvers.hamsi._execution import _run
 from dpopt.solvers.hamsi.result import HamsiResult
 
 if TYPE_CHECKING:
     from dpopt.matrix_factorization import MatrixFactorizationProblem
+
+def _max_iter(max_iter: int | None, max_epochs: int | None, default: int = 100) -> int:
+    value = deprecated_alias({"max_epochs": max_epochs} if max_epochs is not None else {}, "max_epochs",
+                             "max_iter", max_iter, where="hamsi", stacklevel=4)
+    return default if value is None else value
+
 
 # ============================================================================ drivers
 _COMMON_DOC = """
@@ -22,8 +29,8 @@ _COMMON_DOC = """
         with ``n_subsets`` and ``P = n_threads``), or ``None`` for a single subset (full gradients).
     schedule : {"det", "stoc"}, default "det"
         Cyclic shift of the subset order, or a fresh random permutation every outer iteration.
-    max_epochs : int, default 100
-        Maximum number of outer iterations.
+    max_iter : int, default 100
+        Maximum number of outer iterations (epochs); ``max_epochs=`` is the deprecated old name.
     time_budget : float or None
         Stop after this many seconds of optimization (evaluations excluded).
     n_threads : int, default 1
@@ -42,6 +49,10 @@ _COMMON_DOC = """
     rng : int, Generator, "secure" or None
         Initialization, stochastic schedules and randomized partitions (child streams keyed
         ``"init"``, ``"schedule"``, ``"partition"``).
+    callback : callable, optional
+        ``callback(info)`` after every outer iteration with a :class:`dpopt.iteration.IterationInfo`
+        (``info.nit``, ``info.rmse`` of the last evaluation, ``info.elapsed``); returning ``True``
+        or raising ``StopIteration`` stops the run (status ``"stopped"``).
 """
 
 
@@ -63,7 +74,7 @@ def hamsi(
     curvature_tol: float | None = None,
     safeguard: bool = True,
     restart_growth: float = 2.0,
-    max_epochs: int = 100,
+    max_iter: int | None = None,
     time_budget: float | None = None,
     n_threads: int = 1,
     backend: Literal["threads", "numba"] = "threads",
@@ -73,6 +84,8 @@ def hamsi(
     test: Ratings | None = None,
     eval_every: int = 1,
     rng: RNGLike,
+    callback: Callback | None = None,
+    max_epochs: int | None = None,
 ) -> HamsiResult:
     """HAMSI with compact L-BFGS updates (thesis Algorithm 3, spec H3).
 
@@ -129,7 +142,7 @@ def hamsi(
         gamma_gd=gamma_gd, memory=memory, beta_counter=beta_counter, beta_floor=beta_floor,
         sigma_mode=sigma_mode, sigma0=sigma0,
         curvature=curvature, curvature_tol=curvature_tol, safeguard=safeguard, restart_growth=restart_growth,
-        max_epochs=max_epochs, time_budget=time_budget,
+        max_epochs=_max_iter(max_iter, max_epochs), time_budget=time_budget, callback=callback,
         n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
         eval_every=eval_every, rng=rng,
     )  # fmt: skip
@@ -147,7 +160,7 @@ def mbgd(
     gamma: float = 0.51,
     beta_counter: Literal["outer", "inner"] = "outer",
     beta_floor: float = 0.0,
-    max_epochs: int = 100,
+    max_iter: int | None = None,
     time_budget: float | None = None,
     n_threads: int = 1,
     backend: Literal["threads", "numba"] = "threads",
@@ -157,6 +170,8 @@ def mbgd(
     test: Ratings | None = None,
     eval_every: int = 1,
     rng: RNGLike,
+    callback: Callback | None = None,
+    max_epochs: int | None = None,
 ) -> HamsiResult:
     """Mini-batch gradient descent over the subsets of a cover (the thesis's mb-GD baseline).
 
@@ -181,7 +196,7 @@ def mbgd(
         problem, partition, method="mbgd", schedule=schedule, eta=eta, gamma=gamma, eta_gd=eta,
         gamma_gd=gamma, memory=1, beta_counter=beta_counter, beta_floor=beta_floor, sigma_mode="thesis", sigma0=500.0,
         curvature="relative", curvature_tol=None, safeguard=False, restart_growth=2.0,
-        max_epochs=max_epochs, time_budget=time_budget,
+        max_epochs=_max_iter(max_iter, max_epochs), time_budget=time_budget, callback=callback,
         n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
         eval_every=eval_every, rng=rng,
     )  # fmt: skip

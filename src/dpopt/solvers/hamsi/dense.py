@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 
 from dpopt._validation import check_int, check_nonneg, check_positive
 from dpopt.exceptions import InvalidParameterError
+from dpopt.iteration import deprecated_alias
 from dpopt.randomness import RNGLike, as_generator
 from dpopt.solvers.hamsi.schedule import subset_schedule
 
@@ -50,9 +51,10 @@ def hamsi_dense(
     *,
     eta: float = 0.06,
     gamma: float = 0.51,
-    max_epochs: int = 10,
+    max_iter: int | None = None,
     schedule: Literal["det", "stoc"] = "det",
     rng: RNGLike = None,
+    max_epochs: int | None = None,
 ) -> Float:
     """Algorithm H1/H2 with explicit Hessians for small dense partially separable problems.
 
@@ -68,7 +70,7 @@ def hamsi_dense(
         ``alpha[i]`` = variables of function ``i`` (for the principal submatrices ``H_{α_{k,b}}``).
     eta, gamma : float
         ``β_t = (η t)^γ``.
-    max_epochs : int
+    max_iter : int, default 10
     schedule : {"det", "stoc"}
     rng : for ``"stoc"``.
 
@@ -83,7 +85,11 @@ def hamsi_dense(
     gen = as_generator(rng) if schedule == "stoc" else None
     H = np.asarray(hessian(x), dtype=np.float64)
     orders = subset_schedule(K, schedule, repeat_first=True, rng=gen)
-    for t in range(1, check_int(max_epochs, "max_epochs", minimum=0) + 1):
+    limit = deprecated_alias(
+        {"max_epochs": max_epochs} if max_epochs is not None else {}, "max_epochs", "max_iter", max_iter,
+        where="hamsi_dense",
+    )
+    for t in range(1, check_int(10 if limit is None else limit, "max_iter", minimum=0) + 1):
         beta = (check_positive(eta, "eta") * t) ** check_positive(gamma, "gamma")
         for k in next(orders):
             steps = []

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from dpopt._validation import check_int, check_nonneg, check_positive
 from dpopt.datasets import Ratings
 from dpopt.exceptions import InvalidParameterError
+from dpopt.iteration import Callback, deprecated_alias, notify
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers import _mf_kernels as _k
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS, _dot, _matvec, _pair_products
@@ -167,11 +168,13 @@ def hamsi_distributed(
     sigma0: float = 500.0,
     curvature: Literal["relative", "reference", "thesis"] = "relative",
     curvature_tol: float | None = None,
-    max_epochs: int = 20,
+    max_iter: int | None = None,
     init: tuple[Any, Any] | None = None,
     init_scale: float = 1.0,
     test: Ratings | None = None,
     rng: RNGLike,
+    callback: Callback | None = None,
+    max_epochs: int | None = None,
 ) -> HamsiResult:
     """HAMSI (L-BFGS, STRATA-B with ``P = n_shards``) on the engines of :mod:`dpopt.distributed.engines`.
 
@@ -182,7 +185,8 @@ def hamsi_distributed(
     inner step (spec §2.11).  The iterates equal those of :func:`hamsi` on
     :func:`~dpopt.distributed.partition.strata_b` with ``safeguard=False`` up to the summation order of
     the inner products, and are identical on every engine.  Options as in :func:`hamsi`; the
-    restart safeguard is not available here.
+    restart safeguard is not available here.  ``max_iter`` (default 20) counts outer iterations
+    (``max_epochs=`` is the deprecated old name); ``callback`` as in :func:`hamsi`.
     """
     from dpopt.distributed.engines import Engine, make_engine
     from dpopt.distributed.partition import strata_b
@@ -195,7 +199,11 @@ def hamsi_distributed(
     P = check_int(n_shards, "n_shards")
     if beta_counter not in ("outer", "inner"):
         raise InvalidParameterError("beta_counter: must be 'outer' or 'inner'")
-    max_epochs = check_int(max_epochs, "max_epochs", minimum=0)
+    limit = deprecated_alias(
+        {"max_epochs": max_epochs} if max_epochs is not None else {}, "max_epochs", "max_iter", max_iter,
+        where="hamsi_distributed",
+    )
+    max_epochs = check_int(20 if limit is None else limit, "max_iter", minimum=0)
     options = {
         "eta": check_positive(eta, "eta"), "gamma": check_positive(gamma, "gamma"),
         "eta_gd": check_positive(eta_gd, "eta_gd"), "gamma_gd": check_positive(gamma_gd, "gamma_gd"),
@@ -275,7 +283,7 @@ def hamsi_distributed(
         if test is not None:
             hist_te.append(problem.rmse(U, V, test))
 
-    status = "max_epochs"
+    status, message = "max_iter", ""
     try:
         _k.warmup()
         eng.start(_make_hamsi_shard, specs, [list(range(P))] * P)
@@ -295,7 +303,10 @@ def hamsi_distributed(
             hist_e.append(done_epochs)
             gather()
             if not math.isfinite(hist_r[-1]):
-                status = "diverged"
+                status, message = "failed", "diverged (non-finite values)"
+                break
+            if notify(callback, done_epochs, rmse=hist_r[-1], elapsed=elapsed):
+                status = "stopped"
                 break
         pairs = eng.call("pairs")[0]
     finally:
@@ -321,4 +332,5 @@ def hamsi_distributed(
         n_threads=P,
         partition_balance=MappingProxyType(part.balance()),
         options=MappingProxyType(dict(options, n_subsets=P, engine=eng.name)),
+        message=message or f"hamsi_distributed: {done_epochs} epochs ({status})",
     )

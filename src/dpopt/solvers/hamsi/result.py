@@ -25,10 +25,11 @@ class HamsiResult:
         Partitioning scheme (``"full"`` for the single-subset cover).
     schedule : {"det", "stoc"}
     status : str
-        ``"max_epochs"``, ``"time_budget"`` or ``"diverged"`` (non-finite values; the factors are
-        then the best evaluated iterate, whose RMSE is the last history entry).
+        ``"max_iter"`` (ran ``max_iter`` epochs), ``"max_time"`` (``time_budget`` reached),
+        ``"stopped"`` (the callback asked) or ``"failed"`` (diverged: non-finite values; the factors
+        are then the best evaluated iterate, whose RMSE is the last history entry; ``message`` says so).
     n_epochs, n_steps : int
-        Outer iterations and inner steps (subset visits) done.
+        Outer iterations (also :attr:`nit`) and inner steps (subset visits) done.
     history_time : ndarray
         Optimization wall-clock seconds at each evaluation (evaluations themselves excluded, as in
         the reference code); ``history_time[0] = 0`` is the initial point.
@@ -49,6 +50,8 @@ class HamsiResult:
         :meth:`dpopt.distributed.partition.Partition.balance` of the cover used.
     options : mapping
         The algorithm constants used.
+    message : str
+        One sentence about the outcome.
     """
 
     U: Float = field(repr=False)
@@ -70,6 +73,17 @@ class HamsiResult:
     n_threads: int
     partition_balance: Mapping[str, Any] = field(repr=False)
     options: Mapping[str, Any] = field(repr=False)
+    message: str = ""
+
+    @property
+    def nit(self) -> int:
+        """Outer iterations done (the shared name; same as :attr:`n_epochs`)."""
+        return self.n_epochs
+
+    @property
+    def success(self) -> bool:
+        """True unless the run failed (diverged)."""
+        return self.status != "failed"
 
     @property
     def rmse(self) -> float:
