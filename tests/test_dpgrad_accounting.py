@@ -132,7 +132,7 @@ def test_tight_gaussian_full_matches_exact_composition():
     assert plan.privacy.neighbouring == "replace_one"
 
 
-def test_tight_gaussian_poisson_is_add_remove_with_clip_sensitivity():
+def test_tight_gaussian_poisson_default_is_replace_one_with_n_public():
     T, n, m = 200, 2000, 20
     plan = _plan(
         Budget(1.0, 1e-5),
@@ -143,10 +143,40 @@ def test_tight_gaussian_poisson_is_add_remove_with_clip_sensitivity():
         m=m,
         sampling="poisson",
     )
-    assert plan.privacy.neighbouring == "add_remove"
-    assert plan.sensitivity == pytest.approx(S1 / 2)
-    assert plan.privacy.epsilon <= 1.0
-    assert plan.privacy.epsilon > 0.95  # calibrated, not wasteful
+    assert plan.privacy.neighbouring == "replace_one"
+    assert plan.privacy.accountant == "pld"
+    assert plan.sensitivity == pytest.approx(S1)  # the replaced record's contributions differ by 2C
+    assert 0.95 < plan.privacy.epsilon <= 1.0  # calibrated, not wasteful
+    with pytest.raises(InvalidParameterError, match="replace-one"):
+        _plan(Budget(1.0, 1e-5), [Segment(T, 1 / T, "sampled")], calibration="tight", family="gaussian",
+              n=n, m=m, sampling="poisson", tight_accountant="rdp")  # fmt: skip
+
+
+def test_tight_gaussian_poisson_declared_rate_is_add_remove_and_ignores_n():
+    """Issue 12 §1: with a declared rate nothing depends on the data's size (n = 2000 vs 1999)."""
+    T, m = 200, 20
+    plans = [
+        _plan(Budget(1.0, 1e-5), [Segment(T, 1 / T, "sampled")], calibration="tight", family="gaussian",
+              n=n, m=m, sampling="poisson", sampling_rate=0.01)  # fmt: skip
+        for n in (2000, 1999)
+    ]
+    for plan in plans:
+        assert plan.privacy.neighbouring == "add_remove"
+        assert plan.sensitivity == pytest.approx(S1 / 2)
+        assert 0.95 < plan.privacy.epsilon <= 1.0
+    assert np.array_equal(plans[0].step_scales, plans[1].step_scales)
+    lap = [
+        _plan(Budget(1.0), [Segment(T, 1 / T, "sampled")], calibration="tight", family="laplace",
+              n=n, m=m, sampling="poisson", sampling_rate=0.01)  # fmt: skip
+        for n in (2000, 1999)
+    ]
+    assert lap[0].privacy.neighbouring == "add_remove" and lap[0].sensitivity == pytest.approx(S1 / 2)
+    assert np.array_equal(lap[0].step_scales, lap[1].step_scales)
+    eps0 = math.log1p(math.expm1(1.0 / T) / 0.01)  # tight Poisson amplification inverted
+    assert lap[0].step_scales[0] == pytest.approx((S1 / 2) / eps0)
+    with pytest.raises(InvalidParameterError, match="sampling_rate"):
+        _plan(Budget(1.0), [Segment(T, 1 / T, "full")], calibration="tight", family="laplace", n=2000,
+              m=2000, sampling="full", sampling_rate=0.5)  # fmt: skip
 
 
 def test_stagewise_split_sums_to_epsilon():

@@ -519,12 +519,22 @@ class PldAccountant(Accountant):
             inner = self._pld(event.event)
             return inner if isinstance(inner, str) or inner is None else inner.self_compose(event.count)
         if isinstance(event, PoissonSampledEvent):
+            inner_event = event.event
+            if self.neighbouring != "add_remove" and isinstance(inner_event, GaussianEvent):
+                # replace-one with n public: the replaced record contributes a or b (‖a - b‖ <= Δ) to
+                # the sum; dp-accounting's REPLACE pair is q·N(∓Δ/2) + (1-q)·N(0)
+                return pld_lib.from_gaussian_mechanism(
+                    inner_event.sigma,
+                    inner_event.sensitivity / 2,
+                    value_discretization_interval=vdi,
+                    sampling_prob=event.rate,
+                    neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE,
+                )
             if self.neighbouring != "add_remove":
                 raise UnsupportedEventError(
-                    "Poisson subsampling is analysed under add_remove neighbours; create the accountant "
-                    "with neighbouring='add_remove'"
+                    "Poisson subsampling of this event is analysed under add_remove neighbours; create the "
+                    "accountant with neighbouring='add_remove'"
                 )
-            inner_event = event.event
             if isinstance(inner_event, GaussianEvent):
                 return pld_lib.from_gaussian_mechanism(
                     inner_event.sigma,

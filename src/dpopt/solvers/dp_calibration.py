@@ -38,9 +38,19 @@ reports the true ε (∞ for data-derived constants: no finite guarantee covers 
   composition of Gaussians is exactly one Gaussian (Dong-Roth-Su 2019), so ``σ_t = Δ₂ z/√w_t`` with
   ``z`` the analytic-Gaussian multiplier of (ε, δ) (the share ``w`` is applied to the Gaussian's
   additive currency 1/z²), nudged until the PLD accountant certifies the budget.  Subsampled steps:
-  Poisson sampling with rate m/n under **add/remove** neighbours (sensitivity = the clip norm, the
-  regulariser is taken at the nominal batch size so it does not depend on the data), with σ
-  calibrated by bisection on the RDP (default, fast) or PLD accountant.
+  Poisson sampling, in one of two modes (the result's ``privacy.neighbouring`` says which):
+
+  - default: rate q = m/n under **replace-one** neighbours with n public (the ERM convention);
+    the replaced record's two contributions differ by at most 2C, and the step is analysed with
+    dp-accounting's replace-one PLD of the Poisson-subsampled Gaussian (pair
+    q·N(-C) + (1-q)·N(0) vs q·N(C) + (1-q)·N(0)); σ is calibrated by bisection on the PLD.
+  - ``sampling_rate=q`` declared: **add/remove** neighbours; the rate, the normaliser (the declared
+    expected batch size m), the regulariser weight and the number of steps are all public, so
+    nothing derived from the data's size reaches the calibration or the output (issue 12 §1:
+    calibrating q = m/n from the private n gives neighbours of sizes n and n-1 different q and σ,
+    which no add/remove claim covers).  Sensitivity = the clip norm C; σ calibrated on the RDP
+    (default) or PLD accountant.  Laplace noise (δ = 0) is Poisson-sampled at q as well, with the
+    tight amplification ln(1 + q(e^{ε0} - 1)) (valid for Poisson sampling under add/remove).
 
 Smoothing (exponential averaging of the noisy gradients), momentum and restarts are
 post-processing of the released noisy gradients and cost nothing (spec P4).
@@ -409,8 +419,9 @@ def plan_noise(
     sampling: Sampling,
     accountant: Accountant | None = None,
     paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["rdp", "pld"] = "rdp",
+    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
     label: str = "dp-gradient",
+    sampling_rate: float | None = None,
 ) -> NoisePlan:
     """Calibrate the noise of a planned run and compose its whole event (before any noise is drawn).
 
@@ -428,14 +439,23 @@ def plan_noise(
         Replace-one sensitivities of the sum-scaled batch gradient (2× the per-example clip bound
         in each norm).  Under add/remove (Poisson sampling) half of them is used.
     n_samples, batch_size : int
-        n (public under replace-one) and the (nominal) batch size m.
+        n (public under replace-one) and the (nominal) batch size m.  With ``sampling_rate`` given,
+        ``n_samples`` is ignored (it is private under add/remove).
     sampling : Sampling
     accountant : Accountant, optional
         The caller's ledger; receives the same event (and refuses when over its own budget).
     paper_rule : {"bst14", "thesis"}
         The thesis's amplification lemma used by ``"paper"`` for subsampled steps.
-    tight_accountant : {"rdp", "pld"}
-        Accountant used to calibrate Poisson-subsampled Gaussian steps.
+    tight_accountant : {"auto", "rdp", "pld"}
+        Accountant used to calibrate Poisson-subsampled Gaussian steps.  ``"auto"``: RDP under
+        add/remove, PLD under replace-one (dp-accounting's RDP does not analyse Poisson sampling
+        under replace-one; ``"rdp"`` is refused there).
+    sampling_rate : float, optional
+        A declared (public) Poisson sampling rate q.  When given, every step is Poisson-sampled at
+        rate q and the run is analysed under **add/remove** neighbours with nothing taken from the
+        data's n (sensitivity = the per-example bound, half of ``sensitivity_l1/l2``).  When
+        ``None`` (default), batches are sampled at m/n with n public and the run is analysed under
+        **replace-one** neighbours.
 
     Returns
     -------
@@ -451,8 +471,30 @@ def plan_noise(
     """
     segs = _check_segments(segments)
     T = sum(s.count for s in segs)
-    n, m = int(n_samples), int(batch_size)
-    q = m / n
+    m = int(batch_size)
+    if tight_accountant not in ("auto", "rdp", "pld"):
+        raise InvalidParameterError("tight_accountant: must be 'auto', 'rdp' or 'pld'")
+    add_remove = sampling_rate is not None
+    if add_remove:
+        # add/remove: n is private; only the declared rate (and the declared batch size m, used as
+        # the normaliser by the caller) may reach the calibration
+        q = float(sampling_rate)  # type: ignore[arg-type]
+        if not 0 < q <= 1:
+            raise InvalidParameterError("sampling_rate: must lie in (0, 1]")
+        n = 0  # never used under add/remove
+        if sampling != "poisson" or any(s.kind != "sampled" for s in segs):
+            raise InvalidParameterError(
+                "sampling_rate: a declared rate means every step is Poisson-sampled at that rate "
+                "(first_step='subsample'); full-data steps would need the private n"
+            )
+        if calibration != "tight":
+            raise InvalidParameterError(
+                "sampling_rate: the thesis's calibration ('paper') samples fixed-size batches of a public n "
+                "(replace-one); use calibration='tight' with a declared sampling rate"
+            )
+    else:
+        n = int(n_samples)
+        q = m / n
     if budget is None:
         from dpopt.solvers._result import non_private_spent
 
@@ -567,6 +609,29 @@ def plan_noise(
     if calibration != "tight":
         raise InvalidParameterError("calibration: must be 'tight' or 'paper'")
 
+    if family == "laplace" and add_remove:
+        # Poisson-sampled Laplace under add/remove: sensitivity C₁ (half the replace-one figure),
+        # tight amplification ln(1 + q(e^ε0 - 1)) inverted in closed form; exact for pure ε-DP
+        C1 = sensitivity_l1 / 2
+        parts, scales = [], []
+        for seg in segs:
+            eps0 = math.log1p(math.expm1(eps * seg.share) / q)
+            b = C1 / eps0
+            parts.append((PoissonSampledEvent(LaplaceEvent(b, C1), q), seg.count))
+            scales.append(b)
+        event = _event(parts)
+        spent = _compose(
+            event,
+            kind="basic",
+            budget=Budget(eps, 0.0),
+            neighbouring="add_remove",
+            caller=accountant,
+            label=label,
+            options={"subsampling_rule": "tight", "verify": False},
+        )
+        spent = dataclasses.replace(spent, notes=(*spent.notes, _ADD_REMOVE_NOTE.format(q=q)))
+        return NoisePlan("laplace", _expand(segs, scales), C1, segs, sampling, spent, event, "tight")
+
     if family == "laplace":
         S1 = sensitivity_l1
         parts, scales = [], []
@@ -625,18 +690,41 @@ def plan_noise(
         raise InvalidParameterError(
             "Gaussian noise on batches uses Poisson sampling for every step (first_step='subsample')"
         )
-    C2 = sensitivity_l2 / 2  # add/remove: one record changes the batch sum by at most the clip bound
+    if add_remove:
+        # add/remove, declared rate: one record changes the batch sum by at most the clip bound C₂
+        sens = sensitivity_l2 / 2
+        rel: Neighbouring = "add_remove"
+        kind = "rdp" if tight_accountant == "auto" else tight_accountant
+    else:
+        # replace-one, n public: the replaced record's two contributions differ by at most 2C₂
+        sens = sensitivity_l2
+        rel = "replace_one"
+        if tight_accountant == "rdp":
+            raise InvalidParameterError(
+                "tight_accountant='rdp': dp-accounting's RDP accountant does not analyse Poisson sampling under "
+                "replace-one neighbours (n public); use tight_accountant='pld' (or 'auto'), or declare "
+                "sampling_rate= (and the expected batch size) for the add/remove analysis"
+            )
+        kind = "pld"
 
     def make(p: float) -> PrivacyEvent:
         return _event(
-            [(PoissonSampledEvent(GaussianEvent(p / math.sqrt(s.share * T), C2), q), s.count) for s in segs]
+            [(PoissonSampledEvent(GaussianEvent(p / math.sqrt(s.share * T), sens), q), s.count) for s in segs]
         )
 
-    guess = C2 * math.sqrt(T) * q / eps
+    guess = sens * math.sqrt(T) * q / eps
     with _quiet_absl():
-        return _calibrate_poisson(
-            segs, make, budget, C2, q, T, guess, tight_accountant, accountant, sampling, label
-        )
+        plan = _calibrate_poisson(segs, make, budget, sens, q, T, guess, kind, accountant, sampling, label, rel)
+    if add_remove:
+        spent = dataclasses.replace(plan.privacy, notes=(*plan.privacy.notes, _ADD_REMOVE_NOTE.format(q=q)))
+        plan = dataclasses.replace(plan, privacy=spent)
+    return plan
+
+
+_ADD_REMOVE_NOTE = (
+    "add/remove neighbours: Poisson sampling at the declared rate q={q:.6g}; the sampling rate, the noise, "
+    "the normaliser (declared batch size) and the number of steps do not depend on the data's size"
+)
 
 
 def _calibrate_poisson(
@@ -651,30 +739,42 @@ def _calibrate_poisson(
     accountant: Accountant | None,
     sampling: Sampling,
     label: str,
+    neighbouring: Neighbouring = "add_remove",
 ) -> NoisePlan:
     bracket = {"lower": max(guess / 100, 1e-3 * C2), "upper": max(guess * 10, 10 * C2)}
+    # the bisection may use a coarser (still pessimistic) PLD grid; the final plan is certified by
+    # commit() at the default grid, which can only be tighter
+    opts: dict[str, Any] = {"discretization": 1e-3} if tight_accountant == "pld" else {}
     if len(segs) > 1:
         # bracket the heterogeneous calibration around the (cheap) uniform-share answer
         uniform = calibrate(
             lambda p: RepeatedEvent(PoissonSampledEvent(GaussianEvent(p, C2), q), T),
             budget,
             accountant=tight_accountant,
-            neighbouring="add_remove",
+            neighbouring=neighbouring,
             rtol=2e-3,
             **bracket,
+            **opts,
         )
         bracket = {"lower": uniform / 1.5, "upper": uniform * 1.5}
     p = calibrate(
         make,
         budget,
         accountant=tight_accountant,
-        neighbouring="add_remove",
+        neighbouring=neighbouring,
         rtol=5e-3 if len(segs) > 1 else 2e-3,
         **bracket,
+        **opts,
     )
+    if opts:
+        fine = make_accountant(tight_accountant, neighbouring=neighbouring)
+        for _ in range(50):
+            if fine.would_spend(make(p), delta=budget.delta) <= budget.epsilon:
+                break
+            p *= 1.002
     event = make(p)
     spent = _compose(
-        event, kind=tight_accountant, budget=budget, neighbouring="add_remove", caller=accountant, label=label
+        event, kind=tight_accountant, budget=budget, neighbouring=neighbouring, caller=accountant, label=label
     )
     scales = [p / math.sqrt(s.share * T) for s in segs]
     return NoisePlan("gaussian", _expand(segs, scales), C2, segs, sampling, spent, event, "tight")

@@ -83,6 +83,8 @@ class _Context:
     row_norms: Array
     bound_l1: float  # per-example bound on ‖ĝ_i‖₁
     bound_l2: float  # per-example bound on ‖ĝ_i‖₂
+    noise_norm: Literal["l1", "l2"]  # norm of the sensitivity (l1 for Laplace, l2 for Gaussian)
+    noise_row_norms: Array
     family: Family
     calibration: Calibration
     budget: Budget | None
@@ -94,6 +96,7 @@ class _Context:
     data_constants: bool
     gen: np.random.Generator | SecureRNG
     np_gen: np.random.Generator
+    sampling_rate: float | None = None  # declared (public) Poisson rate: add/remove analysis
     plan: NoisePlan | None = None
     perm: NDArray[Any] | None = None
     notes: list[str] = field(default_factory=list)
@@ -102,6 +105,20 @@ class _Context:
     def scale(self) -> float:
         """Factor from the mean-scale objective to the one whose gradient the oracle returns."""
         return float(self.batch) if self.grad_scale == "sum" else 1.0
+
+    @property
+    def rate(self) -> float:
+        """The sampling rate q: declared (add/remove) or m/n (replace-one, n public)."""
+        return self.sampling_rate if self.sampling_rate is not None else self.batch / self.n
+
+    @property
+    def add_remove(self) -> bool:
+        return self.sampling_rate is not None
+
+    def project(self, x: Array) -> Array:
+        """Euclidean projection onto the problem's constraint set (identity without one)."""
+        C = self.problem.constraint
+        return x if C is None else np.asarray(C.project(x), dtype=float)
 
     @property
     def L(self) -> float:
@@ -126,7 +143,7 @@ class _Context:
         accountant: Accountant | None,
         *,
         paper_rule: Literal["bst14", "thesis"],
-        tight_accountant: Literal["rdp", "pld"],
+        tight_accountant: Literal["auto", "rdp", "pld"],
         label: str,
     ) -> NoisePlan:
         plan = plan_noise(
@@ -143,13 +160,22 @@ class _Context:
             paper_rule=paper_rule,
             tight_accountant=tight_accountant,
             label=label,
+            sampling_rate=self.sampling_rate,
         )
         self.plan = plan
         return plan
 
     def sampling_term(self) -> float:
-        """The thesis's sampling-variance term in the oracle's scale (see ``sampling_variance_term``)."""
-        v = sampling_variance_term(2 * self.bound_l2, self.batch, self.n)
+        """The thesis's sampling-variance term in the oracle's scale (see ``sampling_variance_term``).
+
+        Under add/remove (declared rate q) the Poisson form ``S₂²·m(1 - q)/4`` with the declared m is
+        used: the thesis's form needs the private n.
+        """
+        if self.add_remove:
+            s2 = 2 * self.bound_l2
+            v = s2 * s2 * self.batch * (1 - self.rate) / 4
+        else:
+            v = sampling_variance_term(2 * self.bound_l2, self.batch, self.n)
         return v if self.grad_scale == "sum" else v / self.batch**2
 
     def noise_variance(self, t: int = -1) -> float:
@@ -167,8 +193,7 @@ class _Context:
             assert self.perm is not None
             return self.perm[t * self.batch : (t + 1) * self.batch]
         if self.sampling == "poisson":
-            k = int(self.np_gen.binomial(self.n, self.batch / self.n))
-            return self.np_gen.choice(self.n, k, replace=False)
+            return np.flatnonzero(self.np_gen.random(self.n) < self.rate)
         return self.np_gen.choice(self.n, self.batch, replace=False)
 
     def clipped_sum(self, x: Array, idx: NDArray[Any] | None) -> Array:
@@ -179,8 +204,13 @@ class _Context:
         w = self.loss.derivative(z, yb)
         if self.clip is not None:
             norms = np.abs(w) * (self.row_norms if idx is None else self.row_norms[idx])
-            factor = np.minimum(1.0, self.clip / np.maximum(norms, 1e-300))
-            w = w * factor
+            w = w * np.minimum(1.0, self.clip / np.maximum(norms, 1e-300))
+        # Always enforce the per-example bound behind the sensitivity, in the noise's norm: the
+        # declared bounds hold only for points of the constraint set, and momentum methods evaluate
+        # the gradient at extrapolated points that may lie outside it (a no-op inside the set).
+        bound = self.bound_l1 if self.noise_norm == "l1" else self.bound_l2
+        nn = np.abs(w) * (self.noise_row_norms if idx is None else self.noise_row_norms[idx])
+        w = w * np.minimum(1.0, bound / np.maximum(nn, 1e-300))
         return np.asarray(Xb.T @ w).ravel()
 
     def gradient(self, x: Array, t: int, kind: str = "sampled") -> Array:
@@ -198,11 +228,29 @@ class _Context:
     def parameters(self) -> dict[str, Any]:
         assert self.plan is not None
         plan = self.plan
+        segments: list[dict[str, Any]] = []
+        t = 0
+        for seg in plan.segments:
+            scale = float(plan.step_scales[t]) if plan.private else 0.0
+            segments.append({"count": seg.count, "kind": seg.kind, "noise_scale": scale})
+            t += seg.count
+        if self.sampling == "full":
+            rate: float | None = 1.0
+        elif self.sampling == "disjoint":
+            rate = None  # parallel composition: each record is in exactly one step
+        else:
+            rate = self.rate
         return {
-            "n_samples": self.n,
+            # under add/remove the data's size is private: it is not part of the result
+            "n_samples": None if self.add_remove else self.n,
             "n_features": self.d,
             "noise": plan.family or "none",
             "noise_scales": sorted({float(s) for s in plan.step_scales}) if plan.private else [],
+            # what an independent accountant needs to recompute ε (tests/test_claims_vs_dp_accounting.py)
+            "segments": segments,
+            "sampling_rate": rate,
+            "neighbouring": plan.privacy.neighbouring,
+            "accountant": plan.privacy.accountant,
             "sensitivity": plan.sensitivity,
             "clip": self.clip,
             "clip_norm": self.clip_norm,
@@ -247,6 +295,7 @@ def _setup(
     clip_norm: str,
     batch_size: int | None,
     online: bool = False,
+    sampling_rate: float | None = None,
     grad_scale: str,
     constants: str,
     smoothness: float | None,
@@ -296,11 +345,33 @@ def _setup(
         b1, b2 = min(c * math.sqrt(d), declared_l1), min(c, declared_l2)
     if math.isinf(b1) or math.isinf(b2):  # pragma: no cover - bounded by construction
         raise InvalidParameterError("clip: the per-example gradient is unbounded; pass a clip norm")
-    if online:
+    rate: float | None = None
+    if sampling_rate is not None:
+        # add/remove neighbours: the user declares the (public) sampling rate and the expected batch
+        # size that normalises the noisy sum; nothing below may use the data's n
+        rate = float(sampling_rate)
+        if not (math.isfinite(rate) and 0 < rate <= 1):
+            raise InvalidParameterError("sampling_rate: must lie in (0, 1]")
+        if online:  # pragma: no cover - dp_online_gdws has no sampling_rate
+            raise InvalidParameterError("sampling_rate: not available for disjoint buckets")
+        if batch_size is None:
+            raise InvalidParameterError(
+                "sampling_rate: also pass batch_size=, the declared (public) expected batch size that "
+                "normalises the noisy sum; under add/remove neighbours the data's size is private and "
+                "cannot be used"
+            )
+        if calibration != "tight":
+            raise InvalidParameterError(
+                "sampling_rate: the thesis's calibration ('paper') samples fixed-size batches of a public n "
+                "(replace-one); use calibration='tight' with a declared sampling rate"
+            )
+        m = check_int(batch_size, "batch_size")
+        sampling: Sampling = "poisson"
+    elif online:
         m = check_int(batch_size, "bucket_size")
         if m > n:
             raise InvalidParameterError("bucket_size: must not exceed the number of samples")
-        sampling: Sampling = "disjoint"
+        sampling = "disjoint"
     elif batch_size is None or batch_size >= n:
         if batch_size is not None:
             check_int(batch_size, "batch_size")
@@ -345,6 +416,8 @@ def _setup(
         row_norms=_row_norms(Xc, cnorm),
         bound_l1=b1,
         bound_l2=b2,
+        noise_norm="l1" if fam == "laplace" else "l2",
+        noise_row_norms=_row_norms(Xc, "l1" if fam == "laplace" else "l2"),
         family=fam,  # type: ignore[arg-type]
         calibration=calibration,  # type: ignore[arg-type]
         budget=bud,
@@ -356,6 +429,7 @@ def _setup(
         data_constants=data_constants,
         gen=gen,
         np_gen=np_gen,
+        sampling_rate=rate,
         notes=notes,
     )
     if online:
@@ -441,7 +515,12 @@ _COMMON_DOC = """
     iterations : int, default 1000
         Number of steps T (fixed before the run).
     batch_size : int, optional
-        Mini-batch size m (``None`` or ``>= n``: full gradients).
+        Mini-batch size m (``None`` or ``>= n``: full gradients).  With ``sampling_rate``: the
+        declared (public) expected batch size, used as the normaliser of the noisy sum.
+    sampling_rate : float, optional
+        Declared (public) Poisson sampling rate q in (0, 1].  Switches the analysis to **add/remove**
+        neighbours with nothing taken from the data's size (requires ``batch_size`` and
+        ``calibration="tight"``; every step is sampled).  Default: q = m/n with n public, replace-one.
     clip : float or None, default 2.0
         Per-example gradient clipping threshold C (the thesis: 2).  ``None``: no clipping, the
         per-example bound then comes from the declared data bounds.
@@ -457,10 +536,11 @@ _COMMON_DOC = """
         Declared (public) per-example L and μ of the mean-scale objective, overriding the defaults.
     paper_rule : {"bst14", "thesis"}, default "bst14"
         The thesis's subsampling lemma used by ``calibration="paper"`` (2(m/n)ε0 or 2(e^ε0 - 1)m/n).
-    tight_accountant : {"rdp", "pld"}, default "rdp"
-        Accountant calibrating Poisson-subsampled Gaussian noise (``"pld"`` is tighter and slower).
+    tight_accountant : {"auto", "rdp", "pld"}, default "auto"
+        Accountant calibrating Poisson-subsampled Gaussian noise: ``"auto"`` = RDP under add/remove
+        (``sampling_rate`` given), PLD under replace-one (RDP cannot analyse Poisson sampling there).
     x0 : array-like, optional
-        Starting point (default 0; must not depend on the data).
+        Starting point (default 0; must not depend on the data); projected onto the constraint set.
     callback : callable, optional
         ``callback(t, x_t)`` after every step (t = 1..T).  The iterates are part of the private
         release; whatever the callback computes from raw data is not.
@@ -477,7 +557,13 @@ _COMMON_PRIVACY = """
       without replacement, secret) use the tight amplification ln(1 + (m/n)(e^ε0 - 1)).
     * ``calibration="tight"``, δ > 0: Gaussian noise, l2 sensitivity; full data: replace-one,
       exact Gaussian composition (PLD-certified); batches: Poisson sampling with rate m/n under
-      **add/remove** neighbours (sensitivity C₂; the rate m/n is public), RDP/PLD-calibrated.
+      **replace-one** neighbours (n public; the two contributions of the replaced record differ by
+      at most 2C₂), PLD-calibrated.
+    * ``sampling_rate=q`` declared: **add/remove** neighbours; every step is Poisson-sampled at q,
+      the noisy sum is normalised by the declared ``batch_size``, sensitivity C₂ (Gaussian) or C₁
+      (Laplace); the data's size reaches neither the calibration nor the result
+      (``parameters["n_samples"]`` is None).  ``privacy.neighbouring`` and a note say which
+      analysis was used.
     * ``calibration="paper"``: the thesis's arithmetic -- Laplace, ε/T per step, its subsampling
       lemma.  Where it is unsound (per-step ε0 > 1 in the lemma, spec P6; full-gradient first step,
       P8; data-derived L/μ, P9) a :class:`~dpopt.exceptions.PrivacyClaimWarning` is issued and
@@ -485,6 +571,12 @@ _COMMON_PRIVACY = """
 
     Data bounds are checked (or enforced by clipping with ``DataBounds(clip=True)``); no
     sensitivity is computed from the data.  Batch indices are never logged or returned.
+
+    Feasibility: with a constraint set C every iterate is projected onto C (projected gradient;
+    momentum methods project the new iterate, their extrapolated points may leave C), so the
+    returned point lies in C.  The per-example bound behind the sensitivity is enforced by clipping
+    at every point where a gradient is taken (also with ``clip=None``, where the bound comes from
+    the declared data bounds over C and the clipping is a no-op inside C).
 """
 
 
@@ -518,6 +610,7 @@ def dp_gd(
     diagnostics: bool = False,
     iterations: int = 1000,
     batch_size: int | None = None,
+    sampling_rate: float | None = None,
     step: str | float = "inv_sqrt",
     step_scale: float = 1.0,
     clip: float | None = 2.0,
@@ -528,7 +621,7 @@ def dp_gd(
     smoothness: float | None = None,
     strong_convexity: float | None = None,
     paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["rdp", "pld"] = "rdp",
+    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
     x0: Any = None,
     callback: Callback | None = None,
 ) -> OptimizeResult:
@@ -559,7 +652,8 @@ def dp_gd(
     """
     ctx = _setup(
         problem, X, y, budget=budget, rng=rng, calibration=calibration, noise=noise, clip=clip,
-        clip_norm=clip_norm, batch_size=batch_size, grad_scale=grad_scale, constants=constants,
+        clip_norm=clip_norm, batch_size=batch_size, sampling_rate=sampling_rate, grad_scale=grad_scale,
+        constants=constants,
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
@@ -574,9 +668,9 @@ def dp_gd(
         alphas = np.full(T, 1.0 / ctx.L)
     else:
         alphas = np.full(T, _step_value(step))
-    x = _x0(x0, ctx.d)
+    x = ctx.project(_x0(x0, ctx.d))
     for t in range(T):
-        x = x - alphas[t] * ctx.gradient(x, t)
+        x = ctx.project(x - alphas[t] * ctx.gradient(x, t))
         if callback is not None:
             callback(t + 1, x)
     return _finish(
@@ -605,6 +699,7 @@ def dp_heavy_ball(
     diagnostics: bool = False,
     iterations: int = 1000,
     batch_size: int | None = None,
+    sampling_rate: float | None = None,
     step: float | None = None,
     momentum: float | None = None,
     clip: float | None = 2.0,
@@ -615,7 +710,7 @@ def dp_heavy_ball(
     smoothness: float | None = None,
     strong_convexity: float | None = None,
     paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["rdp", "pld"] = "rdp",
+    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
     x0: Any = None,
     callback: Callback | None = None,
 ) -> OptimizeResult:
@@ -642,7 +737,8 @@ def dp_heavy_ball(
     """
     ctx = _setup(
         problem, X, y, budget=budget, rng=rng, calibration=calibration, noise=noise, clip=clip,
-        clip_norm=clip_norm, batch_size=batch_size, grad_scale=grad_scale, constants=constants,
+        clip_norm=clip_norm, batch_size=batch_size, sampling_rate=sampling_rate, grad_scale=grad_scale,
+        constants=constants,
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
@@ -652,10 +748,10 @@ def dp_heavy_ball(
         _uniform_segments(ctx, T), accountant, paper_rule=paper_rule, tight_accountant=tight_accountant,
         label="dp-heavy-ball",
     )  # fmt: skip
-    x = _x0(x0, ctx.d)
+    x = ctx.project(_x0(x0, ctx.d))
     x_prev = x
     for t in range(T):
-        x, x_prev = x - alpha * ctx.gradient(x, t) + beta * (x - x_prev), x
+        x, x_prev = ctx.project(x - alpha * ctx.gradient(x, t) + beta * (x - x_prev)), x
         if callback is not None:
             callback(t + 1, x)
     return _finish(
@@ -685,6 +781,7 @@ def dp_nesterov(
     diagnostics: bool = False,
     iterations: int = 1000,
     batch_size: int | None = None,
+    sampling_rate: float | None = None,
     step: float | None = None,
     momentum: float | None = None,
     clip: float | None = 2.0,
@@ -695,7 +792,7 @@ def dp_nesterov(
     smoothness: float | None = None,
     strong_convexity: float | None = None,
     paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["rdp", "pld"] = "rdp",
+    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
     x0: Any = None,
     callback: Callback | None = None,
 ) -> OptimizeResult:
@@ -722,7 +819,8 @@ def dp_nesterov(
     """
     ctx = _setup(
         problem, X, y, budget=budget, rng=rng, calibration=calibration, noise=noise, clip=clip,
-        clip_norm=clip_norm, batch_size=batch_size, grad_scale=grad_scale, constants=constants,
+        clip_norm=clip_norm, batch_size=batch_size, sampling_rate=sampling_rate, grad_scale=grad_scale,
+        constants=constants,
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
@@ -732,11 +830,11 @@ def dp_nesterov(
         _uniform_segments(ctx, T), accountant, paper_rule=paper_rule, tight_accountant=tight_accountant,
         label="dp-nesterov",
     )  # fmt: skip
-    x = _x0(x0, ctx.d)
+    x = ctx.project(_x0(x0, ctx.d))
     x_prev = x
     for t in range(T):
-        z = (1 + beta) * x - beta * x_prev
-        x, x_prev = z - alpha * ctx.gradient(z, t), x
+        z = (1 + beta) * x - beta * x_prev  # may leave the set: the gradient is clipped to the bound
+        x, x_prev = ctx.project(z - alpha * ctx.gradient(z, t)), x
         if callback is not None:
             callback(t + 1, x)
     return _finish(
@@ -755,10 +853,11 @@ def _smoothed_loop(
     ctx: _Context, x: Array, T: int, beta: float, alpha: float, first_kind: str, callback: Callback | None
 ) -> Array:
     mom: Array | None = None
+    x = ctx.project(x)
     for t in range(T):
         g = ctx.gradient(x, t, first_kind if t == 0 else "sampled")
         mom = beta * g if mom is None else (1 - beta) * mom + beta * g
-        x = x - alpha * mom
+        x = ctx.project(x - alpha * mom)
         if callback is not None:
             callback(t + 1, x)
     return x
@@ -799,6 +898,7 @@ def dp_gdws(
     iterations: int = 1000,
     smoothing: float = 0.1,
     batch_size: int | None = None,
+    sampling_rate: float | None = None,
     step: str | float = "noise_aware",
     safeguard: bool = False,
     first_step: Literal["auto", "full", "subsample"] = "auto",
@@ -810,7 +910,7 @@ def dp_gdws(
     smoothness: float | None = None,
     strong_convexity: float | None = None,
     paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["rdp", "pld"] = "rdp",
+    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
     x0: Any = None,
     callback: Callback | None = None,
 ) -> OptimizeResult:
@@ -851,7 +951,8 @@ def dp_gdws(
     """
     ctx = _setup(
         problem, X, y, budget=budget, rng=rng, calibration=calibration, noise=noise, clip=clip,
-        clip_norm=clip_norm, batch_size=batch_size, grad_scale=grad_scale, constants=constants,
+        clip_norm=clip_norm, batch_size=batch_size, sampling_rate=sampling_rate, grad_scale=grad_scale,
+        constants=constants,
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")

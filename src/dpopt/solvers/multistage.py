@@ -61,11 +61,13 @@ def _stage_loop(
     callback: Callback | None,
 ) -> Array:
     t = 0
+    x = ctx.project(x)
     for n_k, a_k, b_k, kind in zip(stages, alphas, betas, kinds, strict=True):
         x_prev = x  # restart: x_0^k = x_1^k = last iterate of the previous stage
         for _ in range(n_k):
+            # the extrapolated point may leave the set: the gradient is clipped to the bound there
             yv = (1 + b_k) * x - b_k * x_prev
-            x, x_prev = yv - a_k * ctx.gradient(yv, t, kind), x
+            x, x_prev = ctx.project(yv - a_k * ctx.gradient(yv, t, kind)), x
             t += 1
             if callback is not None:
                 callback(t, x)
@@ -130,6 +132,7 @@ def dp_masg(
     first_stage: int | None = None,
     initial_gap: float | None = None,
     batch_size: int | None = None,
+    sampling_rate: float | None = None,
     clip: float | None = 2.0,
     clip_norm: ClipNorm = "auto",
     noise: str = "auto",
@@ -138,7 +141,7 @@ def dp_masg(
     smoothness: float | None = None,
     strong_convexity: float | None = None,
     paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["rdp", "pld"] = "rdp",
+    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
     x0: Any = None,
     callback: Callback | None = None,
 ) -> OptimizeResult:
@@ -175,7 +178,8 @@ def dp_masg(
         raise InvalidParameterError("variant: must be 'm-asg' or 'm-asg*'")
     ctx = _setup(
         problem, X, y, budget=budget, rng=rng, calibration=calibration, noise=noise, clip=clip,
-        clip_norm=clip_norm, batch_size=batch_size, grad_scale=grad_scale, constants=constants,
+        clip_norm=clip_norm, batch_size=batch_size, sampling_rate=sampling_rate, grad_scale=grad_scale,
+        constants=constants,
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
@@ -212,7 +216,7 @@ def _share_variance(ctx: _Context, share: float) -> float:
     if bud is None:
         return 0.0
     eps = bud.epsilon * share
-    q = ctx.batch / ctx.n
+    q = ctx.rate
     sampled = ctx.sampling != "full"
     if ctx.family == "laplace":
         S1 = 2 * ctx.bound_l1
@@ -248,6 +252,7 @@ def dp_mag(
     step: Literal["noise_aware", "masg"] = "noise_aware",
     safeguard: bool = False,
     batch_size: int | None = None,
+    sampling_rate: float | None = None,
     clip: float | None = 2.0,
     clip_norm: ClipNorm = "auto",
     noise: str = "auto",
@@ -256,7 +261,7 @@ def dp_mag(
     smoothness: float | None = None,
     strong_convexity: float | None = None,
     paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["rdp", "pld"] = "rdp",
+    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
     x0: Any = None,
     callback: Callback | None = None,
 ) -> OptimizeResult:
@@ -313,7 +318,8 @@ def dp_mag(
         raise InvalidParameterError("step: must be 'noise_aware' or 'masg'")
     ctx = _setup(
         problem, X, y, budget=budget, rng=rng, calibration=calibration, noise=noise, clip=clip,
-        clip_norm=clip_norm, batch_size=batch_size, grad_scale=grad_scale, constants=constants,
+        clip_norm=clip_norm, batch_size=batch_size, sampling_rate=sampling_rate, grad_scale=grad_scale,
+        constants=constants,
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
