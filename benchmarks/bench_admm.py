@@ -37,7 +37,7 @@ def per_round(topo: Any, data: list, rounds: int, engine: Engine) -> tuple[float
     """(median seconds per round, seconds to the end of round 1) on an engine object."""
     stamps: list[float] = []
     alg = PrivateADMM(
-        topo, method="pp", penalty=geometric(0.5, 1.03), noise_rate=geometric(3.0, 1.01), n_rounds=rounds + 1
+        topo, method="pp", penalty=geometric(0.5, 1.03), noise_rate=geometric(3.0, 1.01), max_iter=rounds + 1
     )
     t0 = time.perf_counter()
     alg.run(data, rng=0, engine=engine, callback=lambda info: stamps.append(time.perf_counter()))

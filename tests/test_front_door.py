@@ -148,7 +148,7 @@ def test_private_admm_composes_into_the_callers_accountant() -> None:
     parts = split_rows(300, 3, rng=0)
     data = [(ds.X[p], ds.y[p]) for p in parts]
     admm = PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5, budget=Budget(1.0),
-                       noise_ratio=1.05, n_rounds=5)
+                       noise_ratio=1.05, max_iter=5)
     acct = make_accountant("basic", budget=Budget(1.5), neighbouring="replace_one")
     res = admm.run(data, rng=0, accountant=acct)
     assert len(acct.ledger) == 1 and acct.epsilon() == pytest.approx(res.privacy.epsilon, rel=1e-6)

@@ -64,6 +64,7 @@ from dpopt.exceptions import (
     InvalidParameterError,
     PrivacyClaimWarning,
 )
+from dpopt.iteration import deprecated_alias, notify
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
 
 __all__ = [
@@ -128,7 +129,7 @@ class ADMMResult:
         P_i(t): the per-node ledger, one row per round.
     method : str
     rounds : int
-        Rounds completed.
+        Rounds completed (also :attr:`nit`).
     status : {"completed", "stopped"}
     parameters : mapping
         Public, data-independent settings (schedules, C, ρ, topology summary, degrees, node sizes,
@@ -168,6 +169,16 @@ class ADMMResult:
             "nonprivate_history",
             MappingProxyType({k: _readonly(v) for k, v in self.nonprivate_history.items()}),
         )
+
+    @property
+    def nit(self) -> int:
+        """Rounds completed (the shared name; same as :attr:`rounds`)."""
+        return self.rounds
+
+    @property
+    def success(self) -> bool:
+        """True when all planned rounds ran."""
+        return self.status == "completed"
 
     @property
     def average_model(self) -> Array:
@@ -265,8 +276,9 @@ class PrivateADMM:
         α_i(r) of the noise density ∝ exp(−α‖ε‖₂) (private methods).  ``None`` with ``budget``:
         calibrated so that the worst-case bound equals ``budget.epsilon`` with
         α(r) = α(1)·``noise_ratio``^(r−1).
-    n_rounds : int, default 100
-        T (fixed in advance).
+    max_iter : int, default 100
+        T, the number of rounds (fixed in advance; the privacy bound covers all T).  ``n_rounds=``
+        is the deprecated old name.
     loss_weight : float, default 1.0
         C; must satisfy C <= B_i for every node.
     reg : float, default 1e-2
@@ -298,7 +310,7 @@ class PrivateADMM:
     >>> parts = split_rows(2000, 5, rng=0)
     >>> data = [(ds.X[p], ds.y[p]) for p in parts]
     >>> admm = PrivateADMM(ring(5), method="pp", penalty=geometric(0.5, 1.1), theta=0.5,
-    ...                    budget=Budget(1.0), noise_ratio=1.05, n_rounds=50)
+    ...                    budget=Budget(1.0), noise_ratio=1.05, max_iter=50)
     >>> result = admm.run(data, rng=0)                       # or engine="processes" / "ray"
     >>> round(result.privacy.epsilon, 6)                      # worst case over nodes, P(T)
     1.0
@@ -346,7 +358,7 @@ class PrivateADMM:
         penalty: Any = None,
         theta: Any = 0.5,
         noise_rate: Any = None,
-        n_rounds: int = 100,
+        max_iter: int | None = None,
         loss_weight: float = 1.0,
         reg: float = 1e-2,
         budget: Budget | None = None,
@@ -356,6 +368,7 @@ class PrivateADMM:
         local_tol: float = 1e-10,
         local_max_iter: int = 50,
         mode: Literal["strict", "reproduce"] = "strict",
+        n_rounds: int | None = None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise InvalidParameterError("topology: expected a dpopt.distributed.topology.Topology")
@@ -369,7 +382,12 @@ class PrivateADMM:
             raise InvalidParameterError("budget: the ADMM bounds are pure ε-DP; use delta=0")
         self.topology = topology
         self.method = method
-        self.n_rounds = check_int(n_rounds, "n_rounds")
+        rounds = deprecated_alias(
+            {"n_rounds": n_rounds} if n_rounds is not None else {}, "n_rounds", "max_iter", max_iter,
+            where="PrivateADMM",
+        )
+        #: T, the planned number of rounds (fixed in advance; the privacy bound covers all of them)
+        self.n_rounds = check_int(100 if rounds is None else rounds, "max_iter")
         self.loss_weight = check_positive(loss_weight, "loss_weight")
         self.reg = check_positive(reg, "reg")
         self.budget = budget
@@ -508,8 +526,10 @@ class PrivateADMM:
             workers from the last checkpoint and replays (bit-identically), at most
             ``max_recoveries`` times, else re-raises :class:`~dpopt.distributed.engines.EngineError`.
         callback : callable, optional
-            ``callback(RoundInfo)`` after each round; returning ``True`` or raising ``StopIteration``
-            stops the run (status ``"stopped"``).
+            ``callback(info)`` after each round with a :class:`dpopt.iteration.IterationInfo`
+            (``info.nit``/``info.round``, ``info.models``, ``info.privacy_bound``: public values
+            only); returning ``True`` or raising ``StopIteration`` stops the run (status
+            ``"stopped"``).
         accountant : Accountant, optional
             A caller's ledger (``neighbouring="replace_one"``): the whole planned run's guarantee
             (the worst node's bound P(T) over all T rounds, pure ε) is composed into it before any
@@ -627,11 +647,8 @@ class PrivateADMM:
                 if checkpoint_every and t % checkpoint_every == 0 and t < t_:
                     checkpoint = (t, eng.call("snapshot"))
                 if callback is not None:
-                    try:
-                        stop = callback(RoundInfo(t, models.copy(), float(ledger[t - 1].max())))
-                    except StopIteration:
-                        stop = True
-                    if stop is True:
+                    m = models.copy()
+                    if notify(callback, t, m, round=t, models=m, privacy_bound=float(ledger[t - 1].max())):
                         status = "stopped"
                         break
         finally:
