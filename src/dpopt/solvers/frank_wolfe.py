@@ -28,13 +28,14 @@ from numpy.typing import NDArray
 from dpopt._validation import check_int
 from dpopt.accounting import (
     Accountant,
+    Budget,
     EpsilonDeltaEvent,
     GaussianEvent,
     PrivacyEvent,
     RepeatedEvent,
     ReportNoisyMinEvent,
     advanced_composition_step,
-    make_accountant,
+    certify,
 )
 from dpopt.exceptions import InvalidParameterError
 from dpopt.mechanisms import gaussian_noise, laplace_noise
@@ -94,13 +95,17 @@ def _tight_rnm_scale(sens: float, steps: int, epsilon: float, delta: float) -> f
         else:
             hi = mid
     eps0 = lo
-    acct = make_accountant("pld", neighbouring="replace_one")
-    for _ in range(200):
-        scale = 2 * sens / eps0
-        if acct.would_spend(RepeatedEvent(ReportNoisyMinEvent(scale, sens), steps), delta=delta) <= epsilon:
-            return scale
-        eps0 /= 1.005
-    raise InvalidParameterError("calibration failed: could not meet the budget")  # pragma: no cover
+    # the ε0 found by the exact composition is nudged down (the scale up) until the PLD accountant,
+    # which rounds pessimistically, certifies it
+    return certify(
+        lambda scale: RepeatedEvent(ReportNoisyMinEvent(scale, sens), steps),
+        2 * sens / eps0,
+        Budget(epsilon, delta),
+        accountant="pld",
+        neighbouring="replace_one",
+        ratio=1.005,
+        max_steps=200,
+    )
 
 
 def _mu(t: int, T: int, rule: str) -> float:

@@ -20,7 +20,6 @@ from dpopt.accounting import (
     PrivacySpent,
     check_caller_accountant,
     commit,
-    make_accountant,
 )
 from dpopt.exceptions import DPOptError, InvalidParameterError
 from dpopt.problems import ERMProblem, L1Ball, Polytope, Simplex
@@ -441,20 +440,15 @@ def gaussian_sigma_for_steps(budget: Budget, sensitivity: float, steps: int) -> 
 
 @functools.lru_cache(maxsize=256)
 def _gaussian_sigma_for_steps(epsilon: float, delta: float, sensitivity: float, steps: int) -> float:
-    from dpopt.accounting import GaussianEvent, RepeatedEvent, gaussian_sigma
+    from dpopt.accounting import GaussianEvent, RepeatedEvent, certify, gaussian_sigma
 
     budget = Budget(epsilon, delta)
     if budget.delta <= 0:
         raise InvalidParameterError("Gaussian-noise solvers need δ > 0 in the budget")
-    sigma = math.sqrt(steps) * gaussian_sigma(budget.epsilon, budget.delta, sensitivity)
-    acct = make_accountant("pld", neighbouring="replace_one")
-    for _ in range(200):
-        ev = (
-            RepeatedEvent(GaussianEvent(sigma, sensitivity), steps)
-            if steps > 1
-            else GaussianEvent(sigma, sensitivity)
-        )
-        if acct.would_spend(ev, delta=budget.delta) <= budget.epsilon * (1 - 1e-9):
-            return sigma
-        sigma *= 1.002
-    raise InvalidParameterError("calibration failed: could not meet the budget")  # pragma: no cover
+
+    def event(sigma: float) -> PrivacyEvent:
+        g = GaussianEvent(sigma, sensitivity)
+        return RepeatedEvent(g, steps) if steps > 1 else g
+
+    start = math.sqrt(steps) * gaussian_sigma(budget.epsilon, budget.delta, sensitivity)
+    return certify(event, start, budget, accountant="pld", neighbouring="replace_one")
