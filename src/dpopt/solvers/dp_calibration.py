@@ -712,9 +712,13 @@ def plan_noise(
             [(PoissonSampledEvent(GaussianEvent(p / math.sqrt(s.share * T), sens), q), s.count) for s in segs]
         )
 
-    guess = sens * math.sqrt(T) * q / eps
+    # start the bisection between q·σ_full/2 and σ_full, σ_full = the noise of T unsampled steps
+    # (enough for any q); small σ (huge PLD supports, slow RDP) is then never evaluated
+    full = gaussian_sigma(eps, delta, sens * (2 if rel == "replace_one" else 1)) * math.sqrt(T) / math.sqrt(
+        min(s.share for s in segs) * T
+    )
     with _quiet_absl():
-        plan = _calibrate_poisson(segs, make, budget, sens, q, T, guess, kind, accountant, sampling, label, rel)
+        plan = _calibrate_poisson(segs, make, budget, sens, q, T, full, kind, accountant, sampling, label, rel)
     if add_remove:
         spent = dataclasses.replace(plan.privacy, notes=(*plan.privacy.notes, _ADD_REMOVE_NOTE.format(q=q)))
         plan = dataclasses.replace(plan, privacy=spent)
@@ -741,7 +745,7 @@ def _calibrate_poisson(
     label: str,
     neighbouring: Neighbouring = "add_remove",
 ) -> NoisePlan:
-    bracket = {"lower": max(guess / 100, 1e-3 * C2), "upper": max(guess * 10, 10 * C2)}
+    bracket = {"lower": max(q * guess / 2, 1e-3 * C2), "upper": guess * 1.01}
     # the bisection may use a coarser (still pessimistic) PLD grid; the final plan is certified by
     # commit() at the default grid, which can only be tighter
     opts: dict[str, Any] = {"discretization": 1e-3} if tight_accountant == "pld" else {}
