@@ -157,3 +157,23 @@ def test_private_admm_composes_into_the_callers_accountant() -> None:
     assert len(acct.ledger) == 1
     stopped = admm.run(data, rng=0, callback=lambda info: info.round >= 2)
     assert stopped.status == "stopped" and stopped.rounds == 2
+
+
+@pytest.mark.parametrize("method", ["mirror_descent", "frank_wolfe"])
+def test_erm_callbacks_follow_the_one_protocol(method: str) -> None:
+    X, y = _logistic()
+    P = ERMProblem(LogisticLoss(), DataBounds(1.0), L1Ball(5))
+    seen: list[int] = []
+
+    def cb(info):
+        seen.append(info.nit)
+        assert info.x is not None and not info.x.flags.writeable
+        if info.nit >= 4:
+            raise StopIteration
+
+    r = minimize(P, X, y, method=method, budget=Budget(1.0, 1e-5), rng=0, max_iter=20, callback=cb)
+    assert r.status == "stopped" and not r.success and r.nit == 4
+    assert P.constraint is not None and P.constraint.contains(r.solution, tol=1e-9)
+    full = minimize(P, X, y, method=method, budget=Budget(1.0, 1e-5), rng=0, max_iter=20,
+                    callback=lambda info: False)
+    assert full.status == "completed"

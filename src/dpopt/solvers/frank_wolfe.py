@@ -38,6 +38,7 @@ from dpopt.accounting import (
     certify,
 )
 from dpopt.exceptions import InvalidParameterError
+from dpopt.iteration import Callback, notify
 from dpopt.mechanisms import gaussian_noise, laplace_noise
 from dpopt.problems import ERMProblem, L1Ball, Simplex, SquaredLoss, VertexSet
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
@@ -149,6 +150,7 @@ def private_frank_wolfe(
     max_iterations: int = 5000,
     step_rule: Literal["jaggi", "paper"] = "jaggi",
     gram: Literal["auto"] | bool = "auto",
+    callback: Callback | None = None,
 ) -> OptimizeResult:
     """Private Frank-Wolfe (Noise-FW, [TTZ] Algorithms 4 and 5).
 
@@ -176,6 +178,10 @@ def private_frank_wolfe(
     gram : "auto" or bool, default "auto"
         For the squared loss on the l1 ball / simplex: precompute ``XᵀX/n`` and update the gradient in
         O(p) per step.  ``"auto"`` uses it for dense X when p < T.
+    callback : callable, optional
+        ``callback(info)`` after every step with a :class:`dpopt.iteration.IterationInfo`
+        (``info.nit``, ``info.x`` = θ_t); returning ``True`` or raising ``StopIteration`` stops the
+        run (status ``"stopped"``, solution θ_t; the whole planned run was already paid for).
 
     Returns
     -------
@@ -293,9 +299,12 @@ def private_frank_wolfe(
 
     if variant == "polytope":
         assert isinstance(C, VertexSet)
-        theta, used_gram = _run_polytope(problem, C, Xc, yc, steps, T, scale, step_rule, gram, gen)
+        theta, used_gram, done = _run_polytope(
+            problem, C, Xc, yc, steps, T, scale, step_rule, gram, gen, callback
+        )
     else:
-        theta, used_gram = _run_gaussian(problem, Xc, yc, steps, T, scale, step_rule, gen), False
+        (theta, done), used_gram = _run_gaussian(problem, Xc, yc, steps, T, scale, step_rule, gen, callback), False
+    status = "completed" if done == steps else "stopped"
 
     params: dict[str, Any] = {
         "variant": variant,
@@ -317,12 +326,12 @@ def private_frank_wolfe(
     return OptimizeResult(
         solution=theta,
         privacy=privacy,
-        status="completed",
-        iterations=T,
+        status=status,
+        iterations=done + 1 if done < steps else T,
         method="frank_wolfe",
         calibration=calibration if bud is not None else "none",
         parameters=params,
-        message=f"ran the planned T={T} private Frank-Wolfe steps ({variant} variant)",
+        message=f"ran {done} of the planned {steps} private Frank-Wolfe selections ({variant} variant)",
         nonprivate_diagnostics=diag,
     )
 
@@ -345,7 +354,8 @@ def _run_polytope(
     step_rule: str,
     gram: Any,
     gen: np.random.Generator | SecureRNG,
-) -> tuple[Array, bool]:
+    callback: Callback | None = None,
+) -> tuple[Array, bool, int]:
     n, p = X.shape
     lam = problem.l2_penalty
     coord = isinstance(C, L1Ball | Simplex)
@@ -371,7 +381,9 @@ def _run_polytope(
             theta[j] += mu * sgn
             g *= 1 - mu
             g += mu * (sgn * K[:, j] - c)
-        return theta, True
+            if t < steps and notify(callback, t + 1, theta):
+                return theta, True, t
+        return theta, True, steps
 
     V = None if coord else C.vertex_matrix()
     XV = None if coord else np.asarray(X @ V)
@@ -392,7 +404,9 @@ def _run_polytope(
             assert XV is not None
             theta += mu * C.vertex(k)
             pred.update(mu, XV[:, k])
-    return theta, False
+        if t < steps and notify(callback, t + 1, theta):
+            return theta, False, t
+    return theta, False, steps
 
 
 def _coord_vertex(C: VertexSet, k: int) -> tuple[int, float]:
@@ -411,7 +425,8 @@ def _run_gaussian(
     sigma: float,
     step_rule: str,
     gen: np.random.Generator | SecureRNG,
-) -> Array:
+    callback: Callback | None = None,
+) -> tuple[Array, int]:
     C = problem.constraint
     assert C is not None
     _n, p = X.shape
@@ -423,4 +438,6 @@ def _run_gaussian(
         s = C.lmo(g)
         mu = _mu(t, T, step_rule)
         theta = (1 - mu) * theta + mu * s
-    return theta
+        if t < steps and notify(callback, t + 1, theta):
+            return theta, t
+    return theta, steps

@@ -32,6 +32,7 @@ from scipy.special import logsumexp
 from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, EpsilonDeltaEvent, GaussianEvent, PrivacyEvent, RepeatedEvent
 from dpopt.exceptions import InvalidParameterError
+from dpopt.iteration import Callback, notify
 from dpopt.mechanisms import gaussian_noise
 from dpopt.problems import ConstraintSet, ERMProblem, GroupL1Ball, NuclearBall, VertexSet
 from dpopt.randomness import RNGLike, check_rng
@@ -356,6 +357,7 @@ def noisy_mirror_descent(
     max_iterations: int = 2000,
     step_rule: StepRule = "auto",
     step_size: float | None = None,
+    callback: Callback | None = None,
 ) -> OptimizeResult:
     """Noisy mirror descent (Noise-MD, [TTZ] Algorithm 1).
 
@@ -384,6 +386,11 @@ def noisy_mirror_descent(
         ``"paper"`` with the paper calibration and ``"noise_aware"`` otherwise.
     step_size : float, optional
         A constant η overriding ``step_rule``.
+    callback : callable, optional
+        ``callback(info)`` after every step with a :class:`dpopt.iteration.IterationInfo`
+        (``info.nit``, ``info.x`` = the running average, i.e. the solution if the run stopped
+        there); returning ``True`` or raising ``StopIteration`` stops the run (status
+        ``"stopped"``; the whole planned T was already paid for).
 
     Returns
     -------
@@ -481,6 +488,7 @@ def noisy_mirror_descent(
 
     state = geom.init()
     total = np.zeros(p)
+    done, status = T, "completed"
     for t in range(1, T + 1):
         theta = geom.theta(state)
         total += theta
@@ -489,7 +497,10 @@ def noisy_mirror_descent(
             h = h + gaussian_noise(sigma, p, rng=gen)
         eta = eta0 / t if rule == "strongly_convex" else eta0
         state = geom.step(state, h, eta)
-    solution = total / T
+        if t < T and notify(callback, t, total / t):
+            done, status = t, "stopped"
+            break
+    solution = total / done
 
     params: dict[str, Any] = {
         "iterations": T,
@@ -507,11 +518,11 @@ def noisy_mirror_descent(
     return OptimizeResult(
         solution=solution,
         privacy=privacy,
-        status="completed",
-        iterations=T,
+        status=status,
+        iterations=done,
         method="mirror_descent",
         calibration=calibration if bud is not None else "none",
         parameters=params,
-        message=f"ran the planned T={T} noisy mirror-descent steps ({geom.name} potential)",
+        message=f"ran {done} of the planned T={T} noisy mirror-descent steps ({geom.name} potential)",
         nonprivate_diagnostics=diag,
     )
