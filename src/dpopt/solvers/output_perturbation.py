@@ -1,8 +1,10 @@
 """Output perturbation of l2-regularised ERM (Chaudhuri, Monteleoni and Sarwate 2011, Alg. 1).
 
-Release ``θ* + N(0, σ² I)`` where ``θ* = argmin_{θ∈C} F(θ; D) + (λ/2)‖θ‖²`` and ``λ`` is the
-problem's (public) ``l2_penalty``.  The minimiser is computed by the accelerated projected-gradient
-solver of :mod:`dpopt.solvers.objective_perturbation` to a gradient-mapping norm of ``tol``.
+Release Release ``θ̂ + N(0, σ² I)`` where θ̂ approximates ``θ* = argmin_{θ∈C} F(θ; D) + (λ/2)‖θ‖²`` and ``λ``
+is the problem's (public) ``l2_penalty``.  θ̂ is computed by the accelerated projected-gradient
+solver of :mod:`dpopt.solvers.objective_perturbation` until its gradient-mapping norm is certified
+to be at most ``tol`` (:func:`~dpopt.solvers.objective_perturbation.certified_minimize`), which
+bounds ``‖θ̂ − θ*‖`` and enters the sensitivity; an uncertified solve releases nothing.
 """
 
 from __future__ import annotations
@@ -86,16 +88,18 @@ def solution_radius(problem: ERMProblem, dim: int, *, iterations: int = 100) -> 
 
 
 def output_perturbation_sensitivity(problem: ERMProblem, n: int, dim: int, *, tol: float = 0.0) -> float:
-    """Replace-one l2 sensitivity of the released minimiser: ``2 L_R/(nλ) + 4 tol/λ``.
+    """Replace-one l2 sensitivity of the released point: ``2 L_R/(nλ) + 2r``.
 
     ``2 L_R/(nλ)``: Chaudhuri et al. 2011, Cor. 8 (strong convexity λ plus an L_R-Lipschitz change of
     one of the n losses on the convex set ``C ∩ {‖θ‖ <= R}``, which contains every minimiser, see
-    :func:`solution_radius`).  ``4 tol/λ``: the computed point is within ``2 tol/λ`` of the exact
-    minimiser of either dataset when the gradient-mapping norm is at most ``tol``.
+    :func:`solution_radius`).  ``2r``: the released point is certified to lie within ``r`` of the
+    exact minimiser of its own dataset, ``r = tol/λ`` without a constraint set and ``2 tol/λ`` with
+    one (:func:`~dpopt.solvers.objective_perturbation.certify_point`), for each of the two datasets.
     """
     _, lip = solution_radius(problem, dim)
     lam = problem.l2_penalty
-    return 2 * lip / (n * lam) + 4 * tol / lam
+    r = (tol if problem.constraint is None else 2 * tol) / lam
+    return 2 * lip / (n * lam) + 2 * r
 
 
 def private_output_perturbation(
@@ -127,9 +131,12 @@ def private_output_perturbation(
         σ is the smallest (to 0.2%) Gaussian standard deviation the PLD accountant accepts for the
         budget at sensitivity Δ (analytic Gaussian mechanism).
     tol : float, default 1e-10
-        Gradient-mapping tolerance of the inner solver; it enters the sensitivity (``+4 tol/λ``).
+        Public tolerance γ: the gradient-mapping norm of the released point (computed with the
+        declared smoothness bound) must be certified to be at most ``tol``; it enters the
+        sensitivity (``+2γ/λ`` unconstrained, ``+4γ/λ`` over a constraint set).
     max_iterations : int, default 50000
-        Cap on the inner solver (a ConvergenceWarning says the tolerance was not met).
+        Cap on the inner solver.  A private run that cannot certify ``tol`` within it raises
+        :class:`~dpopt.solvers.objective_perturbation.InexactSolveError` and releases nothing.
 
     Returns
     -------
@@ -137,16 +144,30 @@ def private_output_perturbation(
         ``parameters`` holds λ, the public solution radius R, the Lipschitz bound L_R on it, the
         sensitivity Δ and σ.
 
+    Raises
+    ------
+    InexactSolveError
+        When a private run's inner solve is not certified within ``max_iterations``.
+
     Privacy
     -------
     (ε, δ)-DP under **replace-one** neighbours (n public) given the declared bounds of
     ``problem.bounds``.  Every minimiser lies in the public ball ``‖θ‖ <= R``
     (:func:`solution_radius`), so replacing one record moves it by at most
-    ``Δ = 2 L_R/(nλ)`` in l2 (Chaudhuri et al. 2011), plus ``4 tol/λ`` for the inexact inner solve
-    (the gradient-mapping norm at the returned point is at most ``tol``, checked, or the run warns).
+    ``2 L_R/(nλ)`` in l2 (Chaudhuri et al. 2011).  The released point θ̂ is not θ* itself: the
+    solver stops only when θ̂'s gradient-mapping norm, computed with the declared smoothness bound
+    at θ̂ (not the solver's own estimate), is at most γ = ``tol``, and λ-strong convexity then gives
+    ``‖θ̂ − θ*‖ <= r`` with ``r = γ/λ`` (``2γ/λ`` over a set; see
+    :func:`~dpopt.solvers.objective_perturbation.certify_point`) for whatever dataset was used, so
+    ``Δ = 2 L_R/(nλ) + 2r`` bounds how far the released point can move between neighbours.
     Gaussian noise ``N(0, σ² I)`` is calibrated to (ε, δ) for sensitivity Δ and the event
     ``GaussianEvent(σ, Δ)`` is composed (PLD) before the noise is drawn.  Constants come from the
-    declared bounds and λ only.
+    declared bounds, λ and the declared γ only; a release over a constraint set is projected onto
+    it (post-processing).  *Refusal*: a solve that is not certified within ``max_iterations`` raises
+    :class:`~dpopt.solvers.objective_perturbation.InexactSolveError` and releases nothing; that
+    outcome is a data-dependent bit the (ε, δ) statement does not cover (keep ``max_iterations``
+    large and treat a refusal as a failed run).  Without a budget nothing is private and an
+    uncertified solve only warns.
     """
     if not isinstance(problem, ERMProblem):
         raise InvalidParameterError("problem: expected a dpopt.problems.ERMProblem")
@@ -164,7 +185,7 @@ def private_output_perturbation(
     Xc, yc = problem.prepare(X, y)
     n, p = Xc.shape
     radius, lip = solution_radius(problem, p)
-    sens = 2 * lip / (n * lam) + 4 * tol / lam
+    sens = output_perturbation_sensitivity(problem, n, p, tol=tol)
 
     event: PrivacyEvent | None = None
     sigma = 0.0
@@ -177,7 +198,7 @@ def private_output_perturbation(
     gen = check_rng(rng)
     noise = gaussian_noise(sigma, p, rng=gen) if sigma > 0 else np.zeros(p)
 
-    from dpopt.solvers.objective_perturbation import fista
+    from dpopt.solvers.objective_perturbation import InexactSolveError, certified_minimize
 
     def fun(theta: Array) -> float:
         return problem.objective(theta, Xc, yc)
@@ -185,18 +206,36 @@ def private_output_perturbation(
     def grad(theta: Array) -> Array:
         return problem.gradient(theta, Xc, yc)
 
-    project = C.project if C is not None else (lambda v: v)
     beta = problem.smoothness(dim=p) + lam
-    theta, its, res, ok = fista(fun, grad, project, np.zeros(p), beta, tol=tol, max_iterations=max_iterations)
-    status: Status = "converged" if ok else "max_iterations"
-    if not ok:
+    solve = certified_minimize(
+        fun,
+        grad,
+        C.project if C is not None else None,
+        np.zeros(p),
+        beta,
+        lam,
+        tol=tol,
+        max_iterations=max_iterations,
+    )
+    if not solve.certified:
+        if bud is not None:
+            raise InexactSolveError(
+                f"output perturbation: the inner solver did not certify a gradient-mapping norm <= tol={tol:g} "
+                f"within max_iterations={max_iterations}; nothing was released (the sensitivity bound covers "
+                "only a certified solve) and the committed budget is spent. Raise max_iterations (or tol, "
+                "which adds noise)"
+            )
         warnings.warn(
-            f"output perturbation: the inner solver stopped after {its} iterations with gradient-mapping "
-            f"norm {res:.3g} > tol={tol:g}; the sensitivity bound assumes it is at most tol. Increase "
-            "max_iterations or tol",
+            f"output perturbation (non-private): the inner solver stopped after {solve.iterations} iterations "
+            f"without reaching tol={tol:g}. Increase max_iterations or tol",
             ConvergenceWarning,
             stacklevel=2,
         )
+    theta = solve.point
+    release = theta + noise
+    if C is not None:  # post-processing: the released point stays in C
+        release = np.asarray(C.project(release), dtype=float)
+    status: Status = "converged" if solve.certified else "max_iterations"
     params = {
         "l2_penalty": lam,
         "solution_radius": radius,
@@ -208,16 +247,20 @@ def private_output_perturbation(
     }
     diag: dict[str, Any] = {}
     if diagnostics:
-        diag = {"inner_iterations": its, "inner_residual": res}
+        diag = {"inner_iterations": solve.iterations, "inner_residual": solve.gradient_norm}
         diag.update(nonprivate_diagnostics(problem, theta, Xc, yc))
     return OptimizeResult(
-        solution=theta + noise,
+        solution=release,
         privacy=privacy,
         status=status,
         iterations=1,
         method="output_perturbation",
         calibration="tight" if bud is not None else "none",
         parameters=params,
-        message="regularised minimiser plus Gaussian noise" if ok else "inner solver did not converge",
+        message=(
+            "certified regularised minimiser plus Gaussian noise"
+            if solve.certified
+            else "inner solver did not reach tol (non-private run)"
+        ),
         nonprivate_diagnostics=diag,
     )
