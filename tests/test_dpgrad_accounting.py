@@ -383,3 +383,28 @@ def test_spec_p6_table(n, m, eps, true_total):
     assert plan.privacy.epsilon == pytest.approx(eps)
     assert plan.privacy.true_epsilon == pytest.approx(max(true_total, eps), rel=0.03)
     assert plan.privacy.sound == (true_total <= eps)
+
+
+def test_batched_gaussian_relation_is_the_callers_choice_and_says_which():
+    """Default batches: replace-one (n public); a declared sampling_rate: add/remove, n not reported."""
+    X, y = _data()
+    G = Budget(1.0, 1e-5)
+    ro = make_accountant("pld", neighbouring="replace_one")
+    res = dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10, accountant=ro)
+    assert res.privacy.neighbouring == res.parameters["neighbouring"] == "replace_one"
+    assert res.parameters["n_samples"] == X.shape[0] and len(ro.ledger) == 1
+    with pytest.raises(InvalidParameterError, match="replace_one"):
+        dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10,
+              accountant=make_accountant("rdp", neighbouring="add_remove"))  # fmt: skip
+    ar = make_accountant("rdp", neighbouring="add_remove")
+    res = dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10, sampling_rate=0.05, accountant=ar)
+    assert res.privacy.neighbouring == "add_remove" and res.parameters["n_samples"] is None
+    assert res.parameters["sampling_rate"] == 0.05 and any("add/remove" in n for n in res.privacy.notes)
+    assert ar.epsilon(1e-5) == pytest.approx(res.privacy.epsilon, rel=1e-6)
+    with pytest.raises(InvalidParameterError, match="batch_size"):
+        dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, sampling_rate=0.05)
+    with pytest.raises(InvalidParameterError, match="paper"):
+        dp_gd(PROB, X, y, budget=Budget(1.0), rng=0, iterations=20, batch_size=10, sampling_rate=0.05,
+              calibration="paper")  # fmt: skip
+    with pytest.raises(InvalidParameterError, match="sampling_rate"):
+        dp_gdws(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10, sampling_rate=0.05, first_step="full")

@@ -746,8 +746,9 @@ def _calibrate_poisson(
     neighbouring: Neighbouring = "add_remove",
 ) -> NoisePlan:
     bracket = {"lower": max(q * guess / 2, 1e-3 * C2), "upper": guess * 1.01}
-    # the bisection may use a coarser (still pessimistic) PLD grid; the final plan is certified by
-    # commit() at the default grid, which can only be tighter
+    # PLD on a 1e-3 grid (pessimistic, so still an upper bound): for subsampled Gaussians it is
+    # within ~0.05% of the 1e-4 figure and about 10x faster to build (dp-accounting's replace-one
+    # construction is a Python loop over the grid); the same grid calibrates and certifies
     opts: dict[str, Any] = {"discretization": 1e-3} if tight_accountant == "pld" else {}
     if len(segs) > 1:
         # bracket the heterogeneous calibration around the (cheap) uniform-share answer
@@ -770,15 +771,15 @@ def _calibrate_poisson(
         **bracket,
         **opts,
     )
-    if opts:
-        fine = make_accountant(tight_accountant, neighbouring=neighbouring)
-        for _ in range(50):
-            if fine.would_spend(make(p), delta=budget.delta) <= budget.epsilon:
-                break
-            p *= 1.002
     event = make(p)
     spent = _compose(
-        event, kind=tight_accountant, budget=budget, neighbouring=neighbouring, caller=accountant, label=label
+        event,
+        kind=tight_accountant,
+        budget=budget,
+        neighbouring=neighbouring,
+        caller=accountant,
+        label=label,
+        options=opts,
     )
     scales = [p / math.sqrt(s.share * T) for s in segs]
     return NoisePlan("gaussian", _expand(segs, scales), C2, segs, sampling, spent, event, "tight")
