@@ -157,7 +157,7 @@ def test_tight_gaussian_poisson_declared_rate_is_add_remove_and_ignores_n():
     T, m = 200, 20
     plans = [
         _plan(Budget(1.0, 1e-5), [Segment(T, 1 / T, "sampled")], calibration="tight", family="gaussian",
-              n=n, m=m, sampling="poisson", sampling_rate=0.01)  # fmt: skip
+              n=n, m=m, sampling="poisson", sampling_rate=0.01)
         for n in (2000, 1999)
     ]
     for plan in plans:
@@ -167,7 +167,7 @@ def test_tight_gaussian_poisson_declared_rate_is_add_remove_and_ignores_n():
     assert np.array_equal(plans[0].step_scales, plans[1].step_scales)
     lap = [
         _plan(Budget(1.0), [Segment(T, 1 / T, "sampled")], calibration="tight", family="laplace",
-              n=n, m=m, sampling="poisson", sampling_rate=0.01)  # fmt: skip
+              n=n, m=m, sampling="poisson", sampling_rate=0.01)
         for n in (2000, 1999)
     ]
     assert lap[0].privacy.neighbouring == "add_remove" and lap[0].sensitivity == pytest.approx(S1 / 2)
