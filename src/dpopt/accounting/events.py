@@ -190,7 +190,9 @@ class RepeatedEvent(PrivacyEvent):
 class PoissonSampledEvent(PrivacyEvent):
     """``event`` run on a Poisson subsample (each record kept independently with prob. ``rate``).
 
-    The sample must stay secret.  Standard amplification holds under add/remove neighbours.
+    The sample must stay secret.  Standard amplification holds under add/remove neighbours; for a
+    Gaussian the PLD accountant also analyses replace-one neighbours (n public), where ``sensitivity``
+    is the replace-one bound (2C for a sum of records clipped to C).
     """
 
     event: PrivacyEvent
