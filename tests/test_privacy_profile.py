@@ -122,6 +122,8 @@ def test_exact_profile_replace_one_default_and_planted_understated_sensitivity()
     exact = exact_epsilon(P, Q, BUDGET.delta)
     assert exact <= claim * (1 + 1e-3)
     assert exact > 0.9 * claim  # PLD at one step is nearly exact
+    # the extreme record replaced by a zero-gradient one: a milder pair, also covered
+    assert exact_epsilon(P, [(1.0, 0.0, sigma)], BUDGET.delta) <= exact
 
     # planted bug: the add/remove sensitivity C used for replace-one neighbours
     planted_plan = plan_noise(BUDGET, [Segment(1, 1.0, "sampled")], calibration="tight", family="gaussian",
