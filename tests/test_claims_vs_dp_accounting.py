@@ -184,3 +184,24 @@ def test_erm_solvers_claims_match_dp_accounting(data):
     acct.compose(dp_accounting.GaussianDpEvent(op.parameters["sigma"] / (op.parameters["sensitivity"] / 2)))
     assert op.privacy.neighbouring == "replace_one"
     assert acct.get_epsilon(op.privacy.delta) == pytest.approx(op.privacy.epsilon, rel=5e-3, abs=1e-3)
+
+
+@pytest.mark.parametrize("neighbouring", ["add_remove", "replace_one"])
+def test_linear_query_answer_claim_matches_dp_accounting(neighbouring):
+    """The Gaussian matrix mechanism: one release of σ on a strategy of the reported sensitivity."""
+    from dpopt.linear_queries import answer, optimize_strategy, workloads
+
+    W = workloads.all_range(16)
+    out = answer(W, np.arange(16.0), strategy=optimize_strategy(W), budget=Budget(1.0, 1e-6), rng=0,
+                 neighbouring=neighbouring)  # fmt: skip
+    assert out.privacy.neighbouring == neighbouring
+    acct = _pld(Rel.ADD_OR_REMOVE_ONE)  # one Gaussian on a query whose two outputs differ by <= Δ
+    acct.compose(dp_accounting.GaussianDpEvent(out.sigma / out.sensitivity))
+    eps = acct.get_epsilon(out.privacy.delta)
+    assert eps <= out.privacy.epsilon * (1 + 5e-3) + 1e-3
+    assert eps >= out.privacy.epsilon * (1 - 5e-3) - 1e-3
+    # planted bug: the replace-one factor 2 dropped (understated sensitivity) is detected
+    if neighbouring == "replace_one":
+        bad = _pld(Rel.ADD_OR_REMOVE_ONE)
+        bad.compose(dp_accounting.GaussianDpEvent(0.5 * out.sigma / out.sensitivity))
+        assert bad.get_epsilon(out.privacy.delta) > 1.5 * out.privacy.epsilon
