@@ -393,6 +393,7 @@ def test_batched_gaussian_relation_is_the_callers_choice_and_says_which():
     res = dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10, accountant=ro)
     assert res.privacy.neighbouring == res.parameters["neighbouring"] == "replace_one"
     assert res.parameters["n_samples"] == X.shape[0] and len(ro.ledger) == 1
+    assert any("replace-one" in n for n in res.privacy.notes)
     with pytest.raises(InvalidParameterError, match="replace_one"):
         dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10,
               accountant=make_accountant("rdp", neighbouring="add_remove"))  # fmt: skip

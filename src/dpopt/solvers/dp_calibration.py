@@ -719,12 +719,15 @@ def plan_noise(
     )
     with _quiet_absl():
         plan = _calibrate_poisson(segs, make, budget, sens, q, T, full, kind, accountant, sampling, label, rel)
-    if add_remove:
-        spent = dataclasses.replace(plan.privacy, notes=(*plan.privacy.notes, _ADD_REMOVE_NOTE.format(q=q)))
-        plan = dataclasses.replace(plan, privacy=spent)
-    return plan
+    note = _ADD_REMOVE_NOTE.format(q=q) if add_remove else _REPLACE_ONE_NOTE.format(q=q)
+    spent = dataclasses.replace(plan.privacy, notes=(*plan.privacy.notes, note))
+    return dataclasses.replace(plan, privacy=spent)
 
 
+_REPLACE_ONE_NOTE = (
+    "replace-one neighbours with n public: Poisson sampling at q = m/n = {q:.6g}; pass sampling_rate= "
+    "(and the expected batch size) for an add/remove analysis that does not use the data's size"
+)
 _ADD_REMOVE_NOTE = (
     "add/remove neighbours: Poisson sampling at the declared rate q={q:.6g}; the sampling rate, the noise, "
     "the normaliser (declared batch size) and the number of steps do not depend on the data's size"
