@@ -132,4 +132,4 @@ def test_exact_profile_replace_one_default_and_planted_understated_sensitivity()
     s_bug = float(planted_plan.step_scales[0])
     planted = exact_epsilon([(1 - q, 0.0, s_bug), (q, C, s_bug)], [(1 - q, 0.0, s_bug), (q, -C, s_bug)],
                             BUDGET.delta)  # fmt: skip
-    assert planted > 1.3 * planted_plan.privacy.epsilon
+    assert planted > 1.2 * planted_plan.privacy.epsilon  # 1.31 vs 1.0
