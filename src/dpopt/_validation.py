@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -10,7 +12,17 @@ from numpy.typing import NDArray
 
 from dpopt.exceptions import InvalidParameterError
 
-__all__ = ["check_array", "check_int", "check_nonneg", "check_positive", "check_probability"]
+__all__ = [
+    "as_float_array",
+    "available_memory",
+    "check_array",
+    "check_int",
+    "check_memory",
+    "check_nonneg",
+    "check_positive",
+    "check_probability",
+    "parse_numeric_table",
+]
 
 
 def _as_float(value: Any, name: str) -> float:
@@ -61,16 +73,200 @@ def check_int(value: Any, name: str, *, minimum: int = 1) -> int:
     return int(value)
 
 
+def _position(index: tuple[int, ...]) -> str:
+    """'entry 3', 'row 2, column 5' or 'index (1, 2, 3)' (zero-based, as numpy indexes)."""
+    if len(index) == 1:
+        return f"entry {index[0]}"
+    if len(index) == 2:
+        return f"row {index[0]}, column {index[1]}"
+    return f"index {index}"
+
+
+def _ragged(value: Any) -> str | None:
+    """Describe the first nesting level at which a nested sequence is ragged (no values quoted)."""
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        seqs = [v for v in level if isinstance(v, list | tuple | np.ndarray)]
+        if not seqs:
+            return None
+        if len(seqs) != len(level):
+            return f"mixes numbers and sequences at nesting depth {depth}"
+        lengths = {len(v) for v in seqs}
+        if len(lengths) > 1:
+            first = len(seqs[0])
+            bad = next(i for i, v in enumerate(seqs) if len(v) != first)
+            if depth == 1:
+                return f"rows have different lengths (row {bad} has {len(seqs[bad])} entries, row 0 has {first})"
+            return f"nested sequences at depth {depth} have different lengths"
+        level = [x for v in seqs for x in v]
+        depth += 1
+    return None
+
+
+def _first_unconvertible(value: Any, dtype: Any) -> str:
+    """Say where ``value`` cannot be converted to ``dtype`` and what kind of thing is there."""
+    if isinstance(value, str | bytes):
+        return "is a string; pass numbers (an array or a list), not text"
+    if isinstance(value, dict | set):
+        return f"is a {type(value).__name__}; pass an array or a list of numbers"
+    if isinstance(value, list | tuple):
+        ragged = _ragged(value)
+        if ragged is not None:
+            return ragged
+    try:
+        obj = np.asarray(value, dtype=object)
+    except (TypeError, ValueError):
+        return "could not be read as an array"
+    for index in np.ndindex(obj.shape):
+        cell = obj[index]
+        try:
+            np.asarray(cell, dtype=dtype).item()
+        except (TypeError, ValueError, OverflowError):
+            where = _position(index) if index else "the value"
+            if isinstance(cell, str | bytes):
+                return f"{where} is text that is not a number"
+            if isinstance(cell, complex | np.complexfloating):
+                return f"{where} is a complex number (expected real numbers)"
+            return f"{where} is a {type(cell).__name__}, not a number"
+    return "could not be converted to numbers"
+
+
+def as_float_array(
+    value: Any,
+    name: str,
+    *,
+    ndim: int | tuple[int, ...] | None = None,
+    finite: bool = True,
+    dtype: Any = np.float64,
+) -> NDArray[Any]:
+    """Convert user data to a numeric array, checking dimension and finiteness.
+
+    The one checked conversion for user data: on failure the :class:`InvalidParameterError` names
+    ``name`` and the row/column (or entry) that failed, and says what kind of thing is there, but
+    never quotes the value itself.
+
+    Parameters
+    ----------
+    value
+        Array-like of numbers.
+    name
+        The argument's name in the caller's terms (e.g. ``"histogram"``, ``"X"``).
+    ndim
+        Required number of dimensions (or a tuple of allowed ones); None accepts any.
+    finite
+        Reject NaN and infinite entries (reporting the first one's position).
+    dtype
+        Target dtype (float64 by default).
+
+    Raises
+    ------
+    InvalidParameterError
+        If the conversion fails, the dimension is wrong, or (``finite``) an entry is not finite.
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", np.exceptions.ComplexWarning)
+            arr: NDArray[Any] = np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError, np.exceptions.ComplexWarning):
+        raise InvalidParameterError(
+            f"{name}: {_first_unconvertible(value, dtype)}; expected an array of numbers"
+        ) from None
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if arr.ndim not in allowed:
+            want = " or ".join(f"{d}-d" for d in allowed)
+            raise InvalidParameterError(f"{name}: expected a {want} array, got shape {arr.shape}")
+    if finite and arr.dtype.kind in "fc":
+        bad = ~np.isfinite(arr)
+        if np.any(bad):
+            first = tuple(int(i) for i in np.argwhere(bad)[0]) if arr.ndim else ()
+            where = f" ({_position(first)} is the first)" if first else ""
+            raise InvalidParameterError(
+                f"{name}: contains NaN or infinite entries{where}; remove or impute them first"
+            )
+    return arr
+
+
 def check_array(
     value: Any, name: str, *, ndim: int | None = None, finite: bool = True, dtype: type = float
 ) -> NDArray[Any]:
-    """Convert to a numpy array and check dimension and finiteness (message without values)."""
+    """Convert to a numpy array and check dimension and finiteness (see :func:`as_float_array`)."""
+    return as_float_array(value, name, ndim=ndim, finite=finite, dtype=dtype)
+
+
+def parse_numeric_table(text: str, name: str, *, delimiter: str | None = None) -> NDArray[np.float64]:
+    """Parse delimited text (one row per line, ``#`` comments) into a 2-d float array.
+
+    Errors name ``name``, the line and the column (1-based, as a text editor counts), never the
+    text found there.  ``delimiter=None`` splits on whitespace.
+    """
+    rows: list[list[float]] = []
+    width: int | None = None
+    first_line = 0
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        content = line.split("#", 1)[0].strip()
+        if not content:
+            continue
+        fields = content.split(delimiter) if delimiter is not None else content.split()
+        if width is None:
+            width, first_line = len(fields), lineno
+        elif len(fields) != width:
+            raise InvalidParameterError(
+                f"{name}: line {lineno} has {len(fields)} fields but line {first_line} has {width}"
+            )
+        row: list[float] = []
+        for col, field_text in enumerate(fields, start=1):
+            try:
+                row.append(float(field_text))
+            except ValueError:
+                what = "is empty" if not field_text.strip() else "is not a number"
+                raise InvalidParameterError(f"{name}: line {lineno}, column {col} {what}") from None
+        rows.append(row)
+    if not rows:
+        raise InvalidParameterError(f"{name}: contains no numbers")
+    return np.asarray(rows, dtype=np.float64)
+
+
+#: Fixed cap on one up-front allocation estimate when the machine's memory cannot be read.
+MEMORY_FALLBACK_CAP = 64 * 2**30
+
+
+def available_memory() -> int:
+    """Bytes of physical memory (``os.sysconf``), or :data:`MEMORY_FALLBACK_CAP` if unknown."""
     try:
-        arr: NDArray[Any] = np.asarray(value, dtype=dtype)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"{name}: could not be converted to a numeric array") from None
-    if ndim is not None and arr.ndim != ndim:
-        raise InvalidParameterError(f"{name}: expected a {ndim}-d array, got shape {arr.shape}")
-    if finite and arr.dtype.kind in "fc" and not np.all(np.isfinite(arr)):
-        raise InvalidParameterError(f"{name}: contains NaN or infinite entries; remove or impute them first")
-    return arr
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return MEMORY_FALLBACK_CAP
+
+
+def _human_bytes(n: float) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} bytes"
+
+
+def check_memory(n_bytes: float, what: str, *, fix: str, fraction: float = 0.5) -> None:
+    """Refuse up front when an allocation would need more than ``fraction`` of physical memory.
+
+    Parameters
+    ----------
+    n_bytes
+        Estimated bytes (use Python ints or floats: the estimate itself must not overflow).
+    what
+        What needs it, in the caller's terms, e.g. ``"n_rounds=10**12: the round history"``.
+    fix
+        How to fix it, e.g. ``"use fewer rounds"``.
+
+    Raises
+    ------
+    InvalidParameterError
+        With the estimate and the limit, e.g. "would need ~7.3 TiB for the round history ...".
+    """
+    limit = fraction * available_memory()
+    if not n_bytes <= limit:
+        raise InvalidParameterError(
+            f"{what} would need ~{_human_bytes(float(n_bytes))} of memory, more than "
+            f"{_human_bytes(limit)} ({fraction:.0%} of this machine's); {fix}"
+        )

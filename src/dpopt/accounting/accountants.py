@@ -62,6 +62,10 @@ __all__ = [
 _REL_TOL = 1e-9
 
 
+class InfoNote(str):
+    """A ledger note that is information (e.g. which bound an accountant fell back to), not a warning."""
+
+
 @dataclass(frozen=True)
 class Budget:
     """A privacy budget (ε, δ).  ε > 0 and finite; 0 <= δ < 1."""
@@ -224,7 +228,8 @@ class Accountant(ABC):
                     "reduce the number of releases or raise the budget"
                 )
         for note in notes:
-            warnings.warn(note, PrivacyClaimWarning, stacklevel=2)
+            if not isinstance(note, InfoNote):
+                warnings.warn(note, PrivacyClaimWarning, stacklevel=2)
         self._state = state
         self._notes.extend(notes)
         self._ledger.append(LedgerEntry(event, count, label))
@@ -490,18 +495,18 @@ class PldAccountant(Accountant):
         rel = dp_accounting.NeighboringRelation
         return rel.ADD_OR_REMOVE_ONE if self.neighbouring == "add_remove" else rel.REPLACE_ONE
 
-    def _from_params(self, eps: float, delta: float) -> Any:
+    def _from_params(self, eps: float, delta: float, vdi: float) -> Any:
         if math.isinf(eps) or delta >= 1:
             return "inf"
         params = pld_common.DifferentialPrivacyParameters(eps, delta)
-        return pld_lib.from_privacy_parameters(params, value_discretization_interval=self.discretization)
+        return pld_lib.from_privacy_parameters(params, value_discretization_interval=vdi)
 
-    def _pld(self, event: PrivacyEvent) -> Any:
-        vdi = self.discretization
+    def _pld(self, event: PrivacyEvent, vdi: float | None = None) -> Any:
+        vdi = self.discretization if vdi is None else vdi
         if isinstance(event, NonPrivateEvent):
             return "inf"
         if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
-            return self._pld(event.source)
+            return self._pld(event.source, vdi)
         if isinstance(event, LaplaceEvent):
             return pld_lib.from_laplace_mechanism(
                 event.scale, event.sensitivity, value_discretization_interval=vdi
@@ -513,10 +518,10 @@ class PldAccountant(Accountant):
         if isinstance(event, ComposedEvent):
             out: Any = None
             for e in event.events:
-                out = _compose_pld(out, self._pld(e))
+                out = _compose_pld(out, self._pld(e, vdi))
             return out
         if isinstance(event, RepeatedEvent):
-            inner = self._pld(event.event)
+            inner = self._pld(event.event, vdi)
             return inner if isinstance(inner, str) or inner is None else inner.self_compose(event.count)
         if isinstance(event, PoissonSampledEvent):
             inner_event = event.event
@@ -554,7 +559,7 @@ class PldAccountant(Accountant):
                 raise UnsupportedEventError(
                     f"Poisson subsampling of {type(inner_event).__name__} is not supported by the PLD accountant"
                 )
-            return self._from_params(amplified_epsilon(claim[0], event.rate), event.rate * claim[1])
+            return self._from_params(amplified_epsilon(claim[0], event.rate), event.rate * claim[1], vdi)
         if isinstance(event, SampledWithoutReplacementEvent):
             if self.neighbouring != "replace_one":
                 raise UnsupportedEventError(
@@ -567,27 +572,101 @@ class PldAccountant(Accountant):
                     f"fixed-size subsampling of {type(event.event).__name__} is not supported by the PLD "
                     "accountant; use the 'rdp' accountant (Gaussian) or Poisson sampling"
                 )
-            return self._from_params(amplified_epsilon(claim[0], event.rate), event.rate * claim[1])
+            return self._from_params(amplified_epsilon(claim[0], event.rate), event.rate * claim[1], vdi)
         claim = _pure_or_claim(event)
         if claim is None:
             raise UnsupportedEventError(f"{type(event).__name__} is not supported by the PLD accountant")
-        return self._from_params(*claim)
+        return self._from_params(*claim, vdi)
 
-    def _empty_state(self) -> Any:
-        # (composed PLD or None when empty or "inf" after a non-private release, basic-composition
-        # sum of pure ε (None once an approximate-DP event is composed)).  The pure sum answers δ = 0
-        # queries, which the truncated PLD cannot.
-        return (None, 0.0)
+    def _empty_state(self) -> _PldState:
+        return _PldState(None, 0.0, self.discretization, (), None)
 
     def _extend(self, state: Any, event: PrivacyEvent, count: int) -> tuple[Any, list[str]]:
-        pld, pure = state
-        new_pld = _compose_pld(pld, self._pld(RepeatedEvent(event, count) if count > 1 else event))
+        st: _PldState = state
+        step = RepeatedEvent(event, count) if count > 1 else event
         eps = _pure_epsilon_of(event)
-        new_pure = None if pure is None or eps is None else pure + count * eps
-        return (new_pld, new_pure), []
+        new_pure = None if st.pure is None or eps is None else st.pure + count * eps
+        events = (*st.events, step)
+        notes: list[str] = []
+        if st.fallback is not None:  # once a ledger is past the PLD's reach it stays on the fallback
+            self._check_fallback(st.fallback, events, new_pure)
+            return _PldState(None, new_pure, st.vdi, events, st.fallback), notes
+        costs = [_pld_cost(e) for e in events]
+        # points at the base discretisation, relative to the caps (> 1: too large)
+        load = max(
+            sum(c[0] for c in costs) / self.discretization / PLD_MAX_POINTS,
+            sum(c[1] for c in costs) / self.discretization / PLD_MAX_SUPPORT,
+        )
+        if load <= 1:
+            new_pld = _compose_pld(st.pld, self._pld(step, st.vdi))
+            return _PldState(new_pld, new_pure, st.vdi, events, None), notes
+        points = f"~{load:.3g} times the supported size at discretisation {self.discretization:g}"
+        if all(_gaussian_multiplier_sq(e) is not None for e in events):
+            notes.append(
+                InfoNote(
+                    f"PLD accountant: the ledger's PLD would need {points}; its releases are all "
+                    "(unsampled) Gaussian, so the exact closed form of composed Gaussians was used"
+                )
+            )
+            return _PldState(None, new_pure, st.vdi, events, "gaussian"), notes
+        # coarsen the discretisation (pessimistic, so still an upper bound) in powers of two
+        vdi = self.discretization * 2.0 ** math.ceil(math.log2(load))
+        if vdi <= PLD_MAX_DISCRETIZATION:
+            if vdi > st.vdi:
+                pld: Any = None
+                for e in events:
+                    pld = _compose_pld(pld, self._pld(e, vdi))
+                notes.append(
+                    InfoNote(
+                        f"PLD accountant: discretisation coarsened from {self.discretization:g} to {vdi:g} "
+                        f"to bound memory and time (the ledger would need {points}); the bound stays valid"
+                    )
+                )
+                return _PldState(pld, new_pure, vdi, events, None), notes
+            return _PldState(_compose_pld(st.pld, self._pld(step, vdi)), new_pure, vdi, events, None), notes
+        fallback = "rdp" if self._rdp_supports(events) else "pure"
+        self._check_fallback(fallback, events, new_pure, points)
+        what = "the Rényi-DP bound" if fallback == "rdp" else "basic composition of the pure ε"
+        notes.append(
+            InfoNote(
+                f"PLD accountant: the ledger's PLD would need {points} (too large even at discretisation "
+                f"{PLD_MAX_DISCRETIZATION:g}); {what} was used instead (looser, still valid)"
+            )
+        )
+        return _PldState(None, new_pure, st.vdi, events, fallback), notes
+
+    def _rdp_supports(self, events: tuple[PrivacyEvent, ...]) -> bool:
+        try:
+            RdpAccountant(neighbouring=self.neighbouring)._extend(
+                RdpAccountant(neighbouring=self.neighbouring)._empty_state(), ComposedEvent(events), 1
+            )
+        except UnsupportedEventError:
+            return False
+        return True
+
+    def _check_fallback(
+        self, fallback: str, events: tuple[PrivacyEvent, ...], pure: float | None, points: str = ""
+    ) -> None:
+        ok = {
+            "gaussian": lambda: all(_gaussian_multiplier_sq(e) is not None for e in events),
+            "rdp": lambda: self._rdp_supports(events),
+            "pure": lambda: pure is not None,
+        }[fallback]()
+        if not ok:
+            raise UnsupportedEventError(
+                "the PLD accountant cannot analyse this ledger in bounded memory and time"
+                + (f" (it would need {points})" if points else "")
+                + ", and neither the Rényi-DP nor a pure-ε bound applies to it; use more noise (a larger "
+                "σ or Laplace scale relative to the sensitivity) or fewer releases"
+            )
 
     def _epsilon(self, state: Any, delta: float) -> float:
-        pld, pure = state
+        st: _PldState = state
+        if not st.events:
+            return 0.0
+        if st.fallback is not None:
+            return self._fallback_epsilon(st, delta)
+        pld, pure = st.pld, st.pure
         if pld is None:
             return 0.0
         if isinstance(pld, str):
@@ -598,6 +677,108 @@ class PldAccountant(Accountant):
             return math.inf if pure is None else pure
         eps = max(0.0, float(pld.get_epsilon_for_delta(delta)))
         return min(eps, pure) if pure is not None else eps
+
+    def _fallback_epsilon(self, st: _PldState, delta: float) -> float:
+        pure = math.inf if st.pure is None else st.pure
+        if delta == 0:
+            return pure
+        if st.fallback == "gaussian":
+            total = sum(_gaussian_multiplier_sq(e) or 0.0 for e in st.events)
+            if total == 0:
+                return 0.0
+            eps = _gaussian_epsilon_exact(1.0 / math.sqrt(total), delta)
+        elif st.fallback == "rdp":
+            rdp = RdpAccountant(neighbouring=self.neighbouring)
+            state, _ = rdp._extend(rdp._empty_state(), ComposedEvent(st.events), 1)
+            eps = rdp._epsilon(state, delta)
+        else:
+            eps = math.inf
+        return min(eps, pure)
+
+
+#: Largest number of privacy-loss grid points (estimated, summed over the ledger's mechanisms) the
+#: PLD accountant asks dp-accounting to discretise, and largest estimated support of the composed
+#: PLD (its FFT size).  Beyond them the discretisation is coarsened, then a fallback bound is used.
+#: The estimates are conservative by ~3x; the caps keep any one composition to a few seconds.
+PLD_MAX_POINTS = 5e5
+PLD_MAX_SUPPORT = 2e7
+#: Coarsest discretisation interval the PLD accountant coarsens to before falling back to the exact
+#: Gaussian closed form, the Rényi-DP bound or basic composition (each still an upper bound).
+PLD_MAX_DISCRETIZATION = 0.02
+
+
+@dataclass(frozen=True)
+class _PldState:
+    """PLD ledger state: the composed PLD (None when empty, "inf" after a non-private release), the
+    basic-composition sum of pure ε (None once an approximate-DP event is composed; it answers
+    δ = 0, which the truncated PLD cannot), the discretisation in use, the composed events, and the
+    fallback in use when the PLD would be too large (None, "gaussian", "rdp" or "pure")."""
+
+    pld: Any
+    pure: float | None
+    vdi: float
+    events: tuple[PrivacyEvent, ...]
+    fallback: str | None
+
+
+def _pld_cost(event: PrivacyEvent) -> tuple[float, float]:
+    """Rough widths of ``event``'s PLD: (summed over the mechanisms dp-accounting must discretise,
+    of the composed privacy-loss support); points = width / discretisation.
+
+    Calibrated on dp-accounting 0.4: Gaussian μ = Δ/σ spans ~20μ + μ² (Poisson-sampled: ~10μ + μ²/2),
+    Laplace 2Δ/b; k-fold self-composition grows at most ~√k with a logarithmic excess.  Conservative.
+    """
+    if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
+        return _pld_cost(event.source)
+    if isinstance(event, ComposedEvent):
+        parts = [_pld_cost(e) for e in event.events]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if isinstance(event, RepeatedEvent):
+        build, support = _pld_cost(event.event)
+        k = event.count
+        return build, support * 1.5 * math.sqrt(k) * (1 + math.log10(k) / 6)
+    width = 1e-3  # two-point PLDs of (ε, δ) claims
+    inner = event.event if isinstance(event, PoissonSampledEvent) else event
+    if isinstance(inner, EpsilonDeltaEvent) and inner.source is not None:
+        inner = inner.source
+    if isinstance(inner, GaussianEvent):
+        mu = inner.sensitivity / inner.sigma
+        width = 10 * mu + mu * mu / 2 if isinstance(event, PoissonSampledEvent) else 20 * mu + mu * mu
+    elif isinstance(inner, LaplaceEvent):
+        width = 2 * inner.sensitivity / inner.scale + 1e-3
+    return width, width
+
+
+def _gaussian_multiplier_sq(event: PrivacyEvent) -> float | None:
+    """Σ (Δ/σ)² if ``event`` is a composition of unsampled Gaussian releases, else None.
+
+    k Gaussian releases with Δ_i/σ_i compose exactly to one Gaussian with Δ/σ = sqrt(Σ (Δ_i/σ_i)²)
+    (under either neighbouring relation, for declared sensitivities).
+    """
+    if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
+        return _gaussian_multiplier_sq(event.source)
+    if isinstance(event, GaussianEvent):
+        return (event.sensitivity / event.sigma) ** 2
+    if isinstance(event, RepeatedEvent):
+        inner = _gaussian_multiplier_sq(event.event)
+        return None if inner is None else inner * event.count
+    if isinstance(event, ComposedEvent):
+        parts = [_gaussian_multiplier_sq(e) for e in event.events]
+        return None if any(p is None for p in parts) else float(sum(p for p in parts if p is not None))
+    return None
+
+
+def _gaussian_epsilon_exact(noise_multiplier: float, delta: float) -> float:
+    """Exact ε at δ of one Gaussian release with σ/Δ = ``noise_multiplier`` (Balle-Wang 2018).
+
+    Where dp-accounting's root finder cannot run (extreme parameters) the answer is ∞ (no claim)
+    rather than a wrong number.
+    """
+    try:
+        eps = float(dp_accounting.get_epsilon_gaussian(noise_multiplier, delta))
+    except (ValueError, ArithmeticError, RuntimeError):
+        return math.inf
+    return eps if math.isfinite(eps) and eps >= 0 else math.inf
 
 
 def _pure_epsilon_of(event: PrivacyEvent) -> float | None:
