@@ -324,7 +324,7 @@ def test_caller_accountant_is_charged_before_noise():
     acct.compose(LaplaceEvent(1.0, 1.0))  # spends 1
     with pytest.raises(BudgetExceededError):
         dp_gd(PROB, X, y, budget=Budget(1.0), rng=0, iterations=20, accountant=acct,
-              callback=lambda t, x: calls.append(t))  # fmt: skip
+              callback=lambda info: calls.append(info.nit))  # fmt: skip
     assert calls == []  # refused before any step
     assert acct.epsilon() == pytest.approx(1.0)
     acct2 = make_accountant("basic", budget=Budget(2.0), neighbouring="replace_one")

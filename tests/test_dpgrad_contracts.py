@@ -34,7 +34,7 @@ def _quadratic(n=200, d=4, lam=0.05, seed=0):
 
 def _path(fn, *args, **kw):
     xs = []
-    res = fn(*args, callback=lambda t, x: xs.append(x.copy()), **kw)
+    res = fn(*args, callback=lambda info: xs.append(info.x.copy()), **kw)
     return res, np.array(xs)
 
 

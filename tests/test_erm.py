@@ -202,7 +202,7 @@ CASES = [
 def test_privacy_spent_within_budget_and_reproducible(method, loss, C, cal):
     X, y = _logistic_data(n=400)
     prob = ERMProblem(loss, DataBounds(1.0, label_bound=1.0), C)
-    kw = {"method": method, "budget": BUDGET, "calibration": cal, "max_iterations": 300}
+    kw = {"method": method, "budget": BUDGET, "calibration": cal, "max_iter": 300}
     a = minimize(prob, X, y, rng=11, **kw)
     b = minimize(prob, X, y, rng=11, **kw)
     c = minimize(prob, X, y, rng=12, **kw)
@@ -229,7 +229,7 @@ def test_privacy_spent_within_budget_and_reproducible(method, loss, C, cal):
 def test_paper_calibration_warns_and_reports_true_epsilon(method, loss, C, cal):
     X, y = _logistic_data(n=400)
     prob = ERMProblem(loss, DataBounds(1.0, label_bound=1.0), C)
-    opts: dict[str, Any] = {"max_iterations": 200} if method == "frank_wolfe" else {}
+    opts: dict[str, Any] = {"max_iter": 200} if method == "frank_wolfe" else {}
     with pytest.warns(PrivacyClaimWarning, match="true figure"):
         res = minimize(prob, X, y, method=method, budget=BUDGET, rng=0, calibration=cal, **opts)
     assert not res.privacy.sound

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import secrets
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from dpopt._validation import check_array, check_int, check_positive
+from dpopt._validation import check_array, check_int, check_memory, check_positive
 from dpopt.accounting import (
     Accountant,
     Budget,
@@ -64,7 +64,7 @@ from dpopt.exceptions import (
     InvalidParameterError,
     PrivacyClaimWarning,
 )
-from dpopt.iteration import deprecated_alias, notify
+from dpopt.iteration import Callback, IterationInfo, deprecated_alias, notify
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
 
 __all__ = [
@@ -95,13 +95,9 @@ _NORM_TOL = 1e-9
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RoundInfo:
-    """What a ``callback`` sees after each round (public values only)."""
-
-    round: int
-    models: Array = field(repr=False)
-    privacy_bound: float
+#: What a callback sees after each round (the shared :class:`dpopt.iteration.IterationInfo`,
+#: with ``round``, ``models`` and ``privacy_bound``); the old name is kept for one release.
+RoundInfo = IterationInfo
 
 
 def _readonly(a: Any) -> Array:
@@ -388,6 +384,12 @@ class PrivateADMM:
         )
         #: T, the planned number of rounds (fixed in advance; the privacy bound covers all of them)
         self.n_rounds = check_int(100 if rounds is None else rounds, "max_iter")
+        # the (T, N) schedule tables and the run's per-round history, ~8 float64 tables: refuse up front
+        check_memory(
+            64.0 * self.n_rounds * topology.n_nodes,
+            f"max_iter={self.n_rounds}: the per-round tables ({topology.n_nodes} nodes)",
+            fix="use fewer rounds",
+        )
         self.loss_weight = check_positive(loss_weight, "loss_weight")
         self.reg = check_positive(reg, "reg")
         self.budget = budget
@@ -503,7 +505,7 @@ class PrivateADMM:
         record_models: bool = False,
         checkpoint_every: int = 10,
         max_recoveries: int = 3,
-        callback: Callable[[RoundInfo], Any] | None = None,
+        callback: Callback | None = None,
         accountant: Accountant | None = None,
     ) -> ADMMResult:
         """Run T rounds on per-node data ``data[i] = (X_i, y_i)``.

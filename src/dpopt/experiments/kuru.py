@@ -43,6 +43,7 @@ from dpopt.accounting import Budget
 from dpopt.datasets import load_digits_one_vs_rest, make_logistic
 from dpopt.exceptions import PrivacyClaimWarning
 from dpopt.experiments.registry import TOUR, Experiment, register
+from dpopt.iteration import IterationInfo
 from dpopt.problems import DataBounds, ERMProblem
 from dpopt.solvers.gradient import dp_gd, dp_gdws, dp_heavy_ball, dp_nesterov, dp_online_gdws
 from dpopt.solvers.multistage import dp_mag, dp_masg
@@ -181,7 +182,9 @@ def _one(
     trace: list[tuple[int, float]] = []
     every = cfg.record_every if cfg.kind == "trajectory" else 0
 
-    def callback(t: int, x: np.ndarray) -> None:
+    def callback(info: IterationInfo) -> None:
+        t, x = info.nit, info.x
+        assert x is not None
         if every and (t % every == 0 or t == 1):
             trace.append((t, n * (problem.objective(x, X, y) - fstar)))
 

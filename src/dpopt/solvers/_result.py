@@ -5,21 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from dpopt.accounting import PrivacySpent, non_private_spent
+from dpopt.iteration import Status
 
 __all__ = ["OptimizeResult", "Status", "non_private_spent"]
 
-#: ``"completed"``: a private solver ran its planned, data-independent number of iterations (the
-#: only honest stopping rule for gradient-perturbation methods; T is fixed before seeing data).
-#: ``"converged"``: an inner or non-private solve met its tolerance.  ``"max_iterations"``: it did
-#: not (a :class:`~dpopt.exceptions.ConvergenceWarning` is issued).  ``"stopped"``: a callback
-#: raised ``StopIteration``.
-Status = Literal["completed", "converged", "max_iterations", "stopped"]
+#: The shared status strings (:data:`dpopt.iteration.Status`): ``"completed"`` (a private solver ran
+#: its planned, data-independent number of iterations: the only honest stopping rule for
+#: gradient-perturbation methods), ``"converged"`` (an inner or non-private solve met its tolerance),
+#: ``"max_iter"`` (it did not; a :class:`~dpopt.exceptions.ConvergenceWarning` is issued),
+#: ``"max_time"``, ``"stopped"`` (the callback asked) and ``"failed"``.
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,7 +34,7 @@ class OptimizeResult:
         What this run spent, under which neighbouring relation and accountant; for ``"paper"``
         calibrations ``privacy.verified_epsilon`` / ``privacy.true_epsilon`` give the figure that
         actually holds.
-    status : {"completed", "converged", "max_iterations", "stopped"}
+    status : {"completed", "converged", "max_iter", "max_time", "stopped", "failed"}
         See :data:`Status`.
     iterations : int
         Number of (outer) iterations run.

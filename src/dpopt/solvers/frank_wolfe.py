@@ -38,7 +38,7 @@ from dpopt.accounting import (
     certify,
 )
 from dpopt.exceptions import InvalidParameterError
-from dpopt.iteration import Callback, notify
+from dpopt.iteration import Callback, Status, notify
 from dpopt.mechanisms import gaussian_noise, laplace_noise
 from dpopt.problems import ERMProblem, L1Ball, Simplex, SquaredLoss, VertexSet
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
@@ -304,7 +304,7 @@ def private_frank_wolfe(
         )
     else:
         (theta, done), used_gram = _run_gaussian(problem, Xc, yc, steps, T, scale, step_rule, gen, callback), False
-    status = "completed" if done == steps else "stopped"
+    status: Status = "completed" if done == steps else "stopped"
 
     params: dict[str, Any] = {
         "variant": variant,

@@ -39,6 +39,8 @@ from numpy.typing import NDArray
 from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, Budget
 from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
+from dpopt.iteration import Callback as IterCallback
+from dpopt.iteration import notify
 from dpopt.problems import ERMProblem, Loss, make_loss
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
 from dpopt.solvers._result import OptimizeResult
@@ -58,7 +60,7 @@ from dpopt.solvers.minimize import BudgetLike, nonprivate_diagnostics, parse_bud
 __all__ = ["dp_gd", "dp_gdws", "dp_heavy_ball", "dp_nesterov", "dp_online_gdws"]
 
 Array = NDArray[np.float64]
-Callback = Callable[[int, Array], None]
+Callback = IterCallback
 ClipNorm = Literal["auto", "l1", "l2"]
 GradScale = Literal["sum", "mean"]
 
@@ -100,6 +102,14 @@ class _Context:
     plan: NoisePlan | None = None
     perm: NDArray[Any] | None = None
     notes: list[str] = field(default_factory=list)
+    stopped_at: int | None = None  # steps done when a callback stopped the run
+
+    def notify(self, callback: Callback | None, t: int, x: Array) -> bool:
+        """Call ``callback`` after step ``t`` (1-based); remember the stop when it asks for one."""
+        if callback is not None and notify(callback, t, x):
+            self.stopped_at = t
+            return True
+        return False
 
     @property
     def scale(self) -> float:
@@ -471,11 +481,14 @@ def _finish(
     all_params["iterations"] = T
     diag = nonprivate_diagnostics(ctx.problem, x, ctx.X, ctx.y) if diagnostics else {}
     assert ctx.plan is not None
+    done = T if ctx.stopped_at is None or ctx.stopped_at >= T else ctx.stopped_at
+    if done < T:
+        message += f"; stopped by the callback after {done} steps (all {T} were paid for)"
     return OptimizeResult(
         solution=x,
         privacy=ctx.spent(),
-        status="completed",
-        iterations=T,
+        status="completed" if done == T else "stopped",
+        iterations=done,
         method=method,
         calibration=ctx.plan.calibration,
         parameters=all_params,
@@ -542,8 +555,10 @@ _COMMON_DOC = """
     x0 : array-like, optional
         Starting point (default 0; must not depend on the data); projected onto the constraint set.
     callback : callable, optional
-        ``callback(t, x_t)`` after every step (t = 1..T).  The iterates are part of the private
-        release; whatever the callback computes from raw data is not.
+        ``callback(info)`` after every step with a :class:`dpopt.iteration.IterationInfo`
+        (``info.nit`` = t = 1..T, ``info.x`` = x_t, read-only); returning ``True`` or raising
+        ``StopIteration`` stops the run (status ``"stopped"``; all T steps were paid for).  The
+        iterates are part of the private release; whatever the callback computes from raw data is not.
 """
 
 _COMMON_PRIVACY = """
@@ -671,8 +686,8 @@ def dp_gd(
     x = ctx.project(_x0(x0, ctx.d))
     for t in range(T):
         x = ctx.project(x - alphas[t] * ctx.gradient(x, t))
-        if callback is not None:
-            callback(t + 1, x)
+        if ctx.notify(callback, t + 1, x):
+            break
     return _finish(
         ctx, x, T=T, method=_method_name("dp_gd", ctx),
         params={"step": step if isinstance(step, str) else "constant", "step_first": float(alphas[0]),
@@ -752,8 +767,8 @@ def dp_heavy_ball(
     x_prev = x
     for t in range(T):
         x, x_prev = ctx.project(x - alpha * ctx.gradient(x, t) + beta * (x - x_prev)), x
-        if callback is not None:
-            callback(t + 1, x)
+        if ctx.notify(callback, t + 1, x):
+            break
     return _finish(
         ctx, x, T=T, method=_method_name("dp_heavy_ball", ctx),
         params={"step": alpha, "momentum": beta, "step_times_L": alpha * ctx.L},
@@ -835,8 +850,8 @@ def dp_nesterov(
     for t in range(T):
         z = (1 + beta) * x - beta * x_prev  # may leave the set: the gradient is clipped to the bound
         x, x_prev = ctx.project(z - alpha * ctx.gradient(z, t)), x
-        if callback is not None:
-            callback(t + 1, x)
+        if ctx.notify(callback, t + 1, x):
+            break
     return _finish(
         ctx, x, T=T, method=_method_name("dp_nesterov", ctx),
         params={"step": alpha, "momentum": beta, "step_times_L": alpha * ctx.L},
@@ -858,8 +873,8 @@ def _smoothed_loop(
         g = ctx.gradient(x, t, first_kind if t == 0 else "sampled")
         mom = beta * g if mom is None else (1 - beta) * mom + beta * g
         x = ctx.project(x - alpha * mom)
-        if callback is not None:
-            callback(t + 1, x)
+        if ctx.notify(callback, t + 1, x):
+            break
     return x
 
 

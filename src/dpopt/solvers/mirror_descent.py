@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,7 +32,7 @@ from scipy.special import logsumexp
 from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, EpsilonDeltaEvent, GaussianEvent, PrivacyEvent, RepeatedEvent
 from dpopt.exceptions import InvalidParameterError
-from dpopt.iteration import Callback, notify
+from dpopt.iteration import Callback, Status, notify
 from dpopt.mechanisms import gaussian_noise
 from dpopt.problems import ConstraintSet, ERMProblem, GroupL1Ball, NuclearBall, VertexSet
 from dpopt.randomness import RNGLike, check_rng
@@ -488,7 +488,7 @@ def noisy_mirror_descent(
 
     state = geom.init()
     total = np.zeros(p)
-    done, status = T, "completed"
+    done, status = T, cast(Status, "completed")
     for t in range(1, T + 1):
         theta = geom.theta(state)
         total += theta
@@ -498,7 +498,7 @@ def noisy_mirror_descent(
         eta = eta0 / t if rule == "strongly_convex" else eta0
         state = geom.step(state, h, eta)
         if t < T and notify(callback, t, total / t):
-            done, status = t, "stopped"
+            done, status = t, cast(Status, "stopped")
             break
     solution = total / done
 

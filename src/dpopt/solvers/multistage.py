@@ -69,8 +69,8 @@ def _stage_loop(
             yv = (1 + b_k) * x - b_k * x_prev
             x, x_prev = ctx.project(yv - a_k * ctx.gradient(yv, t, kind)), x
             t += 1
-            if callback is not None:
-                callback(t, x)
+            if ctx.notify(callback, t, x):
+                return x
     return x
 
 

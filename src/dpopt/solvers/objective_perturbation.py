@@ -539,7 +539,7 @@ def private_objective_perturbation(
     release = theta + noise_out
     if C is not None:  # post-processing: the released point stays in C
         release = np.asarray(C.project(release), dtype=float)
-    status: Status = "converged" if solve.certified else "max_iterations"
+    status: Status = "converged" if solve.certified else "max_iter"
     params = {
         "regularization": zeta,
         "sigma": sigma,

@@ -235,7 +235,7 @@ def private_output_perturbation(
     release = theta + noise
     if C is not None:  # post-processing: the released point stays in C
         release = np.asarray(C.project(release), dtype=float)
-    status: Status = "converged" if solve.certified else "max_iterations"
+    status: Status = "converged" if solve.certified else "max_iter"
     params = {
         "l2_penalty": lam,
         "solution_radius": radius,
