@@ -30,7 +30,14 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from dpopt._validation import check_int, check_nonneg, check_positive, check_probability
+from dpopt._validation import (
+    as_float_array,
+    check_int,
+    check_memory,
+    check_nonneg,
+    check_positive,
+    check_probability,
+)
 from dpopt.datasets import Ratings
 from dpopt.exceptions import InvalidParameterError
 from dpopt.randomness import RNGLike, as_generator
@@ -48,7 +55,12 @@ def _kernels() -> Any:
 
 
 def _check_index_array(value: Any, name: str) -> NDArray[np.int64]:
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):  # ragged
+        arr = np.asarray([], dtype=object)
+    if arr.dtype.kind not in "iuf":
+        arr = as_float_array(value, name, finite=False)  # names the entry that is not a number
     if arr.ndim != 1:
         raise InvalidParameterError(f"{name}: expected a 1-d array of indices, got shape {arr.shape}")
     if arr.size and arr.dtype.kind == "f":
@@ -174,13 +186,14 @@ class MatrixFactorizationProblem:
         """
         rr = _check_index_array(rows, "rows")
         cc = _check_index_array(cols, "cols")
-        vv = np.asarray(values, dtype=np.float64)
-        if vv.ndim != 1 or not (rr.shape == cc.shape == vv.shape):
-            raise InvalidParameterError("rows, cols, values: expected 1-d arrays of the same length")
+        vv = as_float_array(values, "values", ndim=1)
+        if not (rr.shape == cc.shape == vv.shape):
+            raise InvalidParameterError(
+                f"rows, cols, values: expected 1-d arrays of the same length, got lengths "
+                f"{rr.shape[0]}, {cc.shape[0]} and {vv.shape[0]}"
+            )
         if vv.size == 0:
             raise InvalidParameterError("ratings: contains no ratings")
-        if not np.all(np.isfinite(vv)):
-            raise InvalidParameterError("values: contain NaN or infinite entries")
         if rr.min() < 0 or cc.min() < 0:
             raise InvalidParameterError("rows, cols: ids must be zero-based non-negative indices")
         if shape is None:
@@ -239,13 +252,18 @@ class MatrixFactorizationProblem:
         s = check_positive(scale, "scale")
         gen = as_generator(rng)
         n_rows, n_cols = self.shape
+        check_memory(
+            8.0 * (n_rows + n_cols) * self.rank * 2,
+            f"rank={self.rank}: the factors of a {n_rows} x {n_cols} matrix",
+            fix="use a smaller rank",
+        )
         U = s * gen.standard_normal((n_rows, self.rank))
         V = s * gen.standard_normal((n_cols, self.rank))
         return U, V
 
     def _check_factors(self, U: Any, V: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        U_ = np.ascontiguousarray(U, dtype=np.float64)
-        V_ = np.ascontiguousarray(V, dtype=np.float64)
+        U_ = np.ascontiguousarray(as_float_array(U, "U", finite=False))
+        V_ = np.ascontiguousarray(as_float_array(V, "V", finite=False))
         n_rows, n_cols = self.shape
         if U_.shape != (n_rows, self.rank) or V_.shape != (n_cols, self.rank):
             raise InvalidParameterError(

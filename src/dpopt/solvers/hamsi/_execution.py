@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from dpopt._validation import check_int, check_nonneg, check_positive
+from dpopt._validation import check_int, check_memory, check_nonneg, check_positive
 from dpopt.datasets import Ratings
 from dpopt.distributed.partition import Partition, make_partition
 from dpopt.exceptions import InvalidParameterError
@@ -181,6 +181,14 @@ def _run(
     n_threads = check_int(n_threads, "n_threads")
     n_subsets = check_int(n_subsets, "n_subsets")
     eval_every = check_int(eval_every, "eval_every")
+    # factors, gradients and working copies (~8 vectors of (n_rows + n_cols) * rank float64) plus the
+    # 2 * memory L-BFGS pairs: refuse before allocating them
+    n_params = float(problem.shape[0] + problem.shape[1]) * problem.rank
+    check_memory(
+        8.0 * n_params * (8 + (2 * memory if method == "hamsi" else 0)),
+        f"rank={problem.rank} on a {problem.shape[0]} x {problem.shape[1]} matrix ({method}, memory={memory})",
+        fix="use a smaller rank (or a smaller L-BFGS memory)",
+    )
     if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
         raise InvalidParameterError(
             f"test: expected a Ratings of shape {problem.shape} (same users and items)"
