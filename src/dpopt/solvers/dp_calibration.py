@@ -86,9 +86,9 @@ from dpopt.accounting import (
     SampledWithoutReplacementEvent,
     amplified_epsilon,
     calibrate,
+    certify,
     commit,
     gaussian_sigma,
-    make_accountant,
 )
 from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
 from dpopt.mechanisms import GaussianMechanism, LaplaceMechanism
@@ -671,17 +671,14 @@ def plan_noise(
         )
     if all(s.kind == "full" for s in segs):
         S2 = sensitivity_l2
-        z = gaussian_sigma(eps, delta, 1.0)
-        factor = 1.0
-        pld = make_accountant("pld", neighbouring="replace_one")
-        for _ in range(400):
-            scales = [S2 * z * factor / math.sqrt(s.share) for s in segs]
-            event = _event([(GaussianEvent(sc, S2), s.count) for sc, s in zip(scales, segs, strict=True)])
-            if pld.would_spend(event, delta=delta) <= eps * (1 - 1e-9):
-                break
-            factor *= 1.002
-        else:  # pragma: no cover
-            raise InvalidParameterError("calibration failed: could not meet the budget")
+
+        def full_event(factor: float) -> PrivacyEvent:
+            return _event([(GaussianEvent(S2 * factor / math.sqrt(s.share), S2), s.count) for s in segs])
+
+        # closed form (T Gaussians compose to one), then nudged until the PLD accountant certifies it
+        factor = certify(full_event, gaussian_sigma(eps, delta, 1.0), budget, neighbouring="replace_one")
+        scales = [S2 * factor / math.sqrt(s.share) for s in segs]
+        event = full_event(factor)
         spent = _compose(
             event, kind="pld", budget=budget, neighbouring="replace_one", caller=accountant, label=label
         )

@@ -71,6 +71,7 @@ _GRAD_RANGES: dict[str, tuple[Any, ...]] = {
     "p": (1, None),
     "first_stage": (1, None),
     "initial_gap": (0, None, True),
+    "sampling_rate": (0, 1, True, False),
 }
 
 
