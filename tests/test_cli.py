@@ -93,7 +93,7 @@ def test_bad_usage_exits_2_with_one_line(
 ) -> None:
     assert main([*argv, "--out", str(tmp_path / "o")] if argv[:1] == ["reproduce"] else argv) == 2
     _one_error_line(capsys.readouterr().err)
-    assert not (tmp_path / "o" / "records.jsonl").exists()
+    assert not (tmp_path / "o").exists()  # checked before the run folder is created
 
 
 def test_unwritable_out_dir(demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -127,6 +127,71 @@ def test_reproduce_writes_records_figure_and_report(
     assert "skipped seeds already completed: 0" in capsys.readouterr().out
     seeds = [json.loads(line)["seed"] for line in (out / "records.jsonl").read_text().splitlines()]
     assert sorted(set(seeds)) == [0, 1, 2, 5, 6] and len(seeds) == 5 * 4
+
+
+@pytest.mark.parametrize("out", [None, "runs/demo", "./a/../b"])
+def test_reproduce_from_a_working_folder_with_default_or_relative_out(
+    out: str | None,
+    demo: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the README's form: a relative --out (or none) under the user's working folder; the plot
+    # returns out_dir / "cli-demo.png", which used to be joined onto the relative folder twice
+    monkeypatch.chdir(tmp_path)
+    argv = ["reproduce", "cli-demo", "--no-progress"] + ([] if out is None else ["--out", out])
+    assert main(argv) == 0, capsys.readouterr().err
+    run = tmp_path / (out if out is not None else "dpopt-runs/cli-demo-quick")
+    assert (run / "cli-demo.png").stat().st_size > 1000
+    assert json.loads((run / "run.json").read_text())["figures"] == ["cli-demo.png"]
+    assert "<img" in (run / "index.html").read_text() or "data:image/png" in (run / "index.html").read_text()
+    printed = [line.removeprefix("figure: ") for line in capsys.readouterr().out.splitlines()]
+    figures = [Path(p) for p in printed if p.endswith(".png")]
+    assert len(figures) == 1 and figures[0].is_absolute()  # usable from any folder
+    assert figures[0].resolve() == (run / "cli-demo.png").resolve()
+
+
+@dataclasses.dataclass(frozen=True)
+class _DataCfg:
+    n: int = 2
+    data_path: str = ""  # "" = built-in data
+    dataset: str = "builtin"
+
+
+def _check_data(cfg: _DataCfg) -> None:
+    from dpopt.exceptions import InvalidParameterError
+
+    if cfg.dataset != "builtin" and not cfg.dataset.startswith("csv:"):
+        raise InvalidParameterError(f"--set dataset: unknown {cfg.dataset!r}; use 'builtin' or 'csv:PATH'")
+
+
+def test_bad_settings_fail_before_anything_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    exp = dataclasses.replace(
+        _experiment("cli-data"), configs={"quick": _DataCfg(), "paper": _DataCfg()}, check=_check_data
+    )
+    registry.register(exp)
+    monkeypatch.chdir(tmp_path)
+    try:
+        for setting, expect in [
+            ("data_path=missing/rows.csv", "missing/rows.csv does not exist"),
+            ("dataset=csv:missing.csv", "missing.csv does not exist"),
+            ("dataset=bogus", "unknown 'bogus'"),
+        ]:
+            assert main(["reproduce", "cli-data", "--set", setting, "--out", "run"]) == 2
+            line = _one_error_line(capsys.readouterr().err)
+            assert expect in line and f"--set {setting.split('=')[0]}" in line
+            assert list(tmp_path.iterdir()) == []  # no run folder: the corrected rerun needs no --overwrite
+        (tmp_path / "rows.csv").write_text("1\n")
+        assert (
+            main(["reproduce", "cli-data", "--set", "data_path=rows.csv", "--out", "run", "--no-progress"])
+            == 0
+        )
+        assert json.loads((tmp_path / "run" / "config.json").read_text())["config"]["data_path"] == "rows.csv"
+    finally:
+        registry.unregister("cli-data")
 
 
 def test_set_overrides_the_configuration(

@@ -85,7 +85,7 @@ def test_answer_writes_csv_and_prints_privacy(
     again = tmp_path / "again.csv"
     assert main([*argv[:-1], str(again)]) == 0
     assert _rows(again) == rows
-    assert main([*argv[:-1], str(again), "--neighbouring", "replace_one"]) == 0
+    assert main([*argv[:-1], str(again), "--neighbouring", "replace_one", "--overwrite"]) == 0
     assert "[pld, replace_one]" in capsys.readouterr().out
     std_ro = np.array([float(r[2]) for r in _rows(again)[1:]])
     ratio = std_ro / std  # the noise scales with the (larger) replace-one sensitivity
@@ -104,8 +104,85 @@ def test_answer_without_strategy_or_seed_and_per_query(
     assert "36 queries" in stdout
     assert len(_rows(out)) == 1 + 36
     first = _rows(out)
-    assert main([*argv, "--out", str(out)]) == 0  # fresh entropy: different noise
+    assert main([*argv, "--out", str(out), "--overwrite"]) == 0  # fresh entropy: different noise
     assert _rows(out) != first
+
+
+def test_answer_never_overwrites_a_release_without_overwrite(
+    strategy_file: Path,
+    histogram: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dpopt.linear_queries as lq
+
+    out = tmp_path / "answers.csv"
+    argv = [
+        "answer",
+        SPEC,
+        str(histogram),
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-6",
+        "--strategy",
+        str(strategy_file),
+    ]
+    assert main([*argv, "--out", str(out)]) == 0
+    paid = out.read_bytes()
+    capsys.readouterr()
+
+    calls: list[object] = []
+    real_answer = lq.answer
+    monkeypatch.setattr(lq, "answer", lambda *a, **k: calls.append(a) or real_answer(*a, **k))
+    assert main([*argv, "--out", str(out)]) == 2  # refused: nothing computed, drawn or spent
+    line = _one_error_line(capsys.readouterr().err)
+    assert "exists" in line and "--overwrite" in line
+    assert calls == [] and out.read_bytes() == paid
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.csv", "hist.txt", "prefix.npz"]
+
+    assert main([*argv, "--out", str(out), "--overwrite"]) == 0  # asked for: replaced
+    assert len(calls) == 1 and out.read_bytes() != paid
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.csv", "hist.txt", "prefix.npz"]
+
+
+def test_answer_keeps_a_release_when_the_file_appears_meanwhile(
+    strategy_file: Path,
+    histogram: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dpopt.linear_queries as lq
+
+    out = tmp_path / "answers.csv"
+    real_answer = lq.answer
+
+    def answer_then_someone_writes_out(*a: object, **k: object) -> object:
+        result = real_answer(*a, **k)  # type: ignore[arg-type]
+        out.write_text("someone else's file\n")
+        return result
+
+    monkeypatch.setattr(lq, "answer", answer_then_someone_writes_out)
+    argv = [
+        "answer",
+        SPEC,
+        str(histogram),
+        "--epsilon",
+        "1",
+        "--delta",
+        "1e-6",
+        "--strategy",
+        str(strategy_file),
+    ]
+    assert main([*argv, "--seed", "1", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert out.read_text() == "someone else's file\n"  # not overwritten
+    kept = [p for p in tmp_path.glob("answers-*.csv")]
+    assert len(kept) == 1 and str(kept[0]) in captured.err and str(kept[0]) in captured.out
+    assert len(_rows(kept[0])) == 1 + N  # the paid-for release is not lost
+    assert not list(tmp_path.glob(".*partial"))
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def _seed_token(text: str) -> list[int]:
 def _console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)  # never break a printed path
 
 
 def _note(message: str) -> None:
@@ -311,6 +311,43 @@ def _cmd_strategy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_release(out: Path, header: list[str], rows: list[list[Any]], *, overwrite: bool) -> Path:
+    """Write a paid-for release as CSV to ``out``; never lose it and never overwrite without ``overwrite``.
+
+    The rows go to a temporary file next to ``out`` first.  Without ``overwrite`` it is linked to
+    ``out`` only if ``out`` still does not exist; if a file appeared there meanwhile, the release
+    is kept under a new name (printed) instead.  Returns where the release is.
+    """
+    import os
+    import time
+
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
+    with tmp.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        writer.writerows(rows)
+        fh.flush()
+        os.fsync(fh.fileno())
+    if overwrite:
+        os.replace(tmp, out)
+        return out
+    try:
+        os.link(tmp, out)  # atomic "create only if absent"
+    except FileExistsError:
+        pass
+    except OSError:  # a file system without hard links
+        if not out.exists():
+            os.replace(tmp, out)
+            return out
+    else:
+        tmp.unlink()
+        return out
+    kept = out.with_name(f"{out.stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}{out.suffix}")
+    os.replace(tmp, kept)
+    _note(f"{out} appeared while answering; the answers were saved to {kept} instead")
+    return kept
+
+
 def _cmd_answer(args: argparse.Namespace) -> int:
     import numpy as np
     from rich.table import Table
@@ -325,6 +362,11 @@ def _cmd_answer(args: argparse.Namespace) -> int:
         raise _UsageError(f"--out {args.out}: is a directory; give a file name such as answers.csv")
     if not out.parent.is_dir():
         raise _UsageError(f"--out {args.out}: directory {out.parent} does not exist")
+    if out.exists() and not args.overwrite:  # checked before anything is computed, drawn or spent
+        raise _UsageError(
+            f"--out {args.out}: the file exists (answers released earlier?); choose another file, or pass "
+            "--overwrite to replace it"
+        )
     budget = Budget(args.epsilon, args.delta)
     if not budget.delta > 0:
         raise _UsageError("--delta: the Gaussian matrix mechanism needs δ > 0")
@@ -358,11 +400,11 @@ def _cmd_answer(args: argparse.Namespace) -> int:
         total = float(variances.sum())
         scale = result.expected_error / total if total > 0 else 1.0
         std = np.sqrt(variances * scale)
-    with out.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["query", "answer", "expected_std"])
-        for q, value in enumerate(result.values):
-            writer.writerow([q, repr(float(value)), "" if std is None else repr(float(std[q]))])
+    rows = [
+        [q, repr(float(value)), "" if std is None else repr(float(std[q]))]
+        for q, value in enumerate(result.values)
+    ]
+    out = _write_release(out, ["query", "answer", "expected_std"], rows, overwrite=args.overwrite)
 
     console = _console()
     p = result.privacy
@@ -510,7 +552,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         metavar="FILE",
         default="answers.csv",
-        help="CSV of the noisy answers: query, answer, expected_std (default answers.csv)",
+        help="CSV of the noisy answers: query, answer, expected_std (default answers.csv); an existing "
+        "file is never replaced unless --overwrite is given",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the --out file if it exists (its answers are lost; they were paid for)",
     )
     p.add_argument(
         "--per-query",

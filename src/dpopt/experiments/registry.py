@@ -30,6 +30,7 @@ from dpopt.exceptions import InvalidParameterError
 
 __all__ = [
     "TOUR",
+    "CheckFn",
     "Config",
     "Experiment",
     "PlotFn",
@@ -37,6 +38,7 @@ __all__ = [
     "RunFn",
     "TablesFn",
     "all_experiments",
+    "check_paths",
     "get",
     "names",
     "override_config",
@@ -52,6 +54,7 @@ Config: TypeAlias = Any
 RunFn: TypeAlias = Callable[[Any, np.random.Generator], Iterable[Mapping[str, Any]]]
 PlotFn: TypeAlias = Callable[[Sequence[Record], Path], list[Path]]
 TablesFn: TypeAlias = Callable[[Sequence[Record]], list[tuple[str, list[Record]]]]
+CheckFn: TypeAlias = Callable[[Any], None]
 
 SCALES: tuple[str, ...] = ("quick", "paper")
 
@@ -113,6 +116,11 @@ class Experiment:
     tables
         ``tables(records) -> [(title, rows), ...]`` summary tables (rows are flat dicts) for the
         HTML report.
+    check
+        ``check(config)`` raises :class:`~dpopt.exceptions.InvalidParameterError` for a
+        configuration that cannot run (e.g. an unknown data set name).  It runs in
+        :meth:`config`, so before the runner writes anything.  Every configuration also passes
+        :func:`check_paths` (settings that name files must name existing ones).
     """
 
     name: str
@@ -122,6 +130,7 @@ class Experiment:
     configs: Mapping[str, Config]
     plot: PlotFn | None = None
     tables: TablesFn | None = None
+    check: CheckFn | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -135,7 +144,7 @@ class Experiment:
             raise InvalidParameterError(f"{self.name}: seed_doc must be a string")
         if not callable(self.run):
             raise InvalidParameterError(f"{self.name}: run must be callable as run(config, rng)")
-        for attr in ("plot", "tables"):
+        for attr in ("plot", "tables", "check"):
             fn = getattr(self, attr)
             if fn is not None and not callable(fn):
                 raise InvalidParameterError(f"{self.name}: {attr} must be callable or None")
@@ -160,7 +169,9 @@ class Experiment:
     def config(self, scale: str, overrides: Mapping[str, Any] | None = None) -> Config:
         """The configuration for ``scale`` (``"quick"`` or ``"paper"``, or any extra scale defined).
 
-        ``overrides`` replaces fields of that configuration (see :func:`override_config`).
+        ``overrides`` replaces fields of that configuration (see :func:`override_config`).  The
+        result is checked (:func:`check_paths`, then the experiment's own ``check``), so a bad
+        setting fails here, before a run directory is created.
         """
         try:
             config = self.configs[scale]
@@ -168,7 +179,11 @@ class Experiment:
             raise InvalidParameterError(
                 f"scale: {self.name} has no scale {scale!r}; choose one of {', '.join(self.configs)}"
             ) from None
-        return override_config(config, overrides or {}, where=self.name)
+        config = override_config(config, overrides or {}, where=self.name)
+        check_paths(config)
+        if self.check is not None:
+            self.check(config)
+        return config
 
 
 _TRUE = ("1", "true", "yes", "on")
@@ -242,6 +257,40 @@ def override_config(config: Config, overrides: Mapping[str, Any], *, where: str 
         optional = "None" in str(types[key]) or "Optional" in str(types[key])
         changes[key] = _coerce(value, like, key, optional) if isinstance(value, str) else value
     return dataclasses.replace(config, **changes)
+
+
+#: ``dataset`` values of the form ``LOADER:PATH`` (e.g. ``movielens:ml-1m/ratings.dat``) name a file.
+_LOADER_PATH_RE = re.compile(r"^([a-z][a-z0-9_-]*):(.+)$")
+
+
+def check_paths(config: Config) -> None:
+    """Refuse a configuration whose file settings name files or folders that do not exist.
+
+    By convention a string setting whose name ends in ``_path`` or ``_dir`` names a file or a
+    folder when it is not empty (empty means "look in the usual places"), and a ``dataset``
+    setting of the form ``LOADER:PATH`` names a file.  Relative paths are relative to the working
+    directory, as when the experiment runs.
+
+    Raises
+    ------
+    InvalidParameterError
+        Naming the setting and the missing path (a path is not data).
+    """
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if not isinstance(value, str) or not value:
+            continue
+        path: str | None = None
+        if field.name.endswith(("_path", "_dir")):
+            path = value
+        elif field.name == "dataset":
+            m = _LOADER_PATH_RE.match(value)
+            path = m.group(2) if m else None
+        if path is not None and not Path(path).exists():
+            raise InvalidParameterError(
+                f"--set {field.name}: {path} does not exist (relative paths are relative to the "
+                "working directory); give the path of an existing file"
+            )
 
 
 def _ensure_loaded() -> None:

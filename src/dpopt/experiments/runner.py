@@ -242,7 +242,9 @@ def run_experiment(
         raise InvalidParameterError("resume and overwrite are mutually exclusive")
     if not (isinstance(progress, bool) or callable(progress)):
         raise InvalidParameterError("progress: expected True/False or a callable")
-    out = Path(out_dir)
+    # absolute from here on: plot functions return paths built from ``out`` (``out / "fig.png"``),
+    # which must not be joined onto a relative ``out`` a second time
+    out = Path(out_dir).absolute()  # not normalised: "a/../b" means what the OS makes of it
     _prepare_dir(out)
     config_path = out / CONFIG_FILE
     records_path = out / RECORDS_FILE
@@ -365,7 +367,7 @@ def run_experiment(
     if experiment.plot is not None and records:
         for fig in experiment.plot(records, out):
             p = Path(fig)
-            if not p.is_absolute():
+            if not p.is_absolute():  # a bare name (or a path relative to the run directory)
                 p = out / p
             if not p.is_file():
                 raise InvalidParameterError(
