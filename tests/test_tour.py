@@ -38,7 +38,8 @@ def test_tour_registered_and_runs_through_cli(tmp_path: Path, monkeypatch: pytes
 
     original = registry.get("tour-mechanisms")
     monkeypatch.setattr(registry, "TOUR", [])
-    small = TourConfig(n_runs=1_000, n_runs_selection=200, steps=(1,))  # PLD calibration for T > 1 takes seconds
+    # steps=(1,): the PLD calibration for T > 1 composed releases takes seconds
+    small = TourConfig(n_runs=1_000, n_runs_selection=200, steps=(1,))
     registry.register(dataclasses.replace(original, configs={"quick": small, "paper": small}), replace=True)
     try:
         assert "tour-mechanisms" in registry.tour_names()
