@@ -288,3 +288,14 @@ def test_python_m_dpopt_list() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "experiments" in proc.stdout.lower()
+
+
+def test_unknown_hamsi_dataset_fails_before_a_run_folder_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["reproduce", "hamsi-table3.1", "--set", "dataset=movielens-1m", "--out", "r"]) == 2
+    assert "unknown 'movielens-1m'" in _one_error_line(capsys.readouterr().err)
+    assert main(["reproduce", "hamsi-table3.1", "--set", "dataset=movielens:ml-1m/ratings.dat"]) == 2
+    assert "ml-1m/ratings.dat does not exist" in _one_error_line(capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []

@@ -65,6 +65,18 @@ def _dataset_dirs() -> list[Path]:
     return dirs
 
 
+def _check_dataset(cfg: BalanceConfig | RunConfig) -> None:
+    """Refuse an unknown ``dataset`` before a run folder exists (a ``movielens:PATH`` file is checked too)."""
+    from dpopt.exceptions import InvalidParameterError
+
+    known = ("movielens-100k", "synthetic", "synthetic-1m")
+    if not cfg.dataset.startswith("movielens:") and cfg.dataset not in known:
+        raise InvalidParameterError(
+            f"--set dataset: unknown {cfg.dataset!r}; use 'movielens-100k', 'movielens:<path>', 'synthetic' "
+            "or 'synthetic-1m'"
+        )
+
+
 def load_dataset(name: str, rng: np.random.Generator) -> tuple[Ratings, str]:
     """The ratings named by a config (see module docstring) and a label for the records."""
     if name.startswith("movielens:"):
@@ -400,6 +412,7 @@ register(
         "STRATA-B block sizes on MovieLens 100K (Figs. 3.3-3.4 of seed 003).",
         seed_doc="seed 003, Figs. 3.3-3.4",
         run=_balance,
+        check=_check_dataset,
         configs={"quick": BalanceConfig(), "paper": BalanceConfig()},
         plot=_plot_balance,
         tables=_balance_table,
@@ -412,6 +425,7 @@ register(
         "fixed wall-clock budget (Table 3.1 of seed 003; quick: MovieLens 100K, 8 outer iterations).",
         seed_doc="seed 003, Table 3.1",
         run=_runs,
+        check=_check_dataset,
         configs={
             "quick": RunConfig(time_budget=None, max_epochs=8, threads=(2,)),
             "paper": RunConfig(
@@ -428,6 +442,7 @@ register(
         "held-out RMSE on an 80/20 split.",
         seed_doc="seed 003, Fig. 3.5",
         run=_runs,
+        check=_check_dataset,
         configs={
             "quick": RunConfig(
                 schemes=("strata-b",), schedules=("det",), time_budget=1.5, curves=True, test_fraction=0.2
@@ -452,6 +467,7 @@ register(
         "measures overfitting).",
         seed_doc="seed 003, §3.5 (extension)",
         run=_runs,
+        check=_check_dataset,
         configs={
             "quick": RunConfig(**_HELDOUT, threads=(1,), time_budget=3.0),
             "paper": RunConfig(**_HELDOUT, threads=(2,), time_budget=25.0),
@@ -468,6 +484,7 @@ register(
         description="HAMSI RMSE vs time for several thread counts with STRATA-B (Fig. 3.6 of seed 003).",
         seed_doc="seed 003, Fig. 3.6",
         run=_runs,
+        check=_check_dataset,
         configs={
             "quick": RunConfig(
                 algorithms=("hamsi",),
@@ -497,6 +514,7 @@ register(
         "(Fig. 3.7 of seed 003; fixed iteration budget).",
         seed_doc="seed 003, Fig. 3.7",
         run=_runs,
+        check=_check_dataset,
         configs={
             "quick": RunConfig(schedules=("det",), time_budget=None, max_epochs=5),
             "paper": RunConfig(schedules=("det",), time_budget=None, max_epochs=100),
