@@ -522,7 +522,7 @@ class PldAccountant(Accountant):
             return out
         if isinstance(event, RepeatedEvent):
             inner = self._pld(event.event, vdi)
-            return inner if isinstance(inner, str) or inner is None else inner.self_compose(event.count)
+            return inner if isinstance(inner, str) or inner is None else _self_compose(inner, event.count)
         if isinstance(event, PoissonSampledEvent):
             inner_event = event.event
             if self.neighbouring != "add_remove" and isinstance(inner_event, GaussianEvent):
@@ -597,11 +597,20 @@ class PldAccountant(Accountant):
             sum(c[0] for c in costs) / self.discretization / PLD_MAX_POINTS,
             sum(c[1] for c in costs) / self.discretization / PLD_MAX_SUPPORT,
         )
-        if load <= 1:
+        # The pessimistic rounding can add up to one discretisation step per composed release: past
+        # PLD_MAX_ROUNDING (in ε) a closed form or the RDP bound is better, when one applies.
+        n_releases = sum(_count_events(e) for e in events)
+        rounding = n_releases * st.vdi > PLD_MAX_ROUNDING
+        gaussian_only = all(_gaussian_multiplier_sq(e) is not None for e in events)
+        rdp_better = rounding and not gaussian_only and self._rdp_supports(events)
+        if load <= 1 and not (rounding and gaussian_only) and not rdp_better:
             new_pld = _compose_pld(st.pld, self._pld(step, st.vdi))
             return _PldState(new_pld, new_pure, st.vdi, events, None), notes
-        points = f"~{load:.3g} times the supported size at discretisation {self.discretization:g}"
-        if all(_gaussian_multiplier_sq(e) is not None for e in events):
+        if load > 1:
+            points = f"~{load:.3g} times the supported size at discretisation {self.discretization:g}"
+        else:
+            points = f"{n_releases} releases, each rounded up by up to {st.vdi:g} in ε"
+        if gaussian_only:
             notes.append(
                 InfoNote(
                     f"PLD accountant: the ledger's PLD would need {points}; its releases are all "
@@ -609,6 +618,11 @@ class PldAccountant(Accountant):
                 )
             )
             return _PldState(None, new_pure, st.vdi, events, "gaussian"), notes
+        if rdp_better:
+            notes.append(
+                InfoNote(f"PLD accountant: {points}; the Rényi-DP bound was used instead (still valid)")
+            )
+            return _PldState(None, new_pure, st.vdi, events, "rdp"), notes
         # coarsen the discretisation (pessimistic, so still an upper bound) in powers of two
         vdi = self.discretization * 2.0 ** math.ceil(math.log2(load))
         if vdi <= PLD_MAX_DISCRETIZATION:
@@ -702,6 +716,9 @@ class PldAccountant(Accountant):
 #: The estimates are conservative by ~3x; the caps keep any one composition to a few seconds.
 PLD_MAX_POINTS = 5e5
 PLD_MAX_SUPPORT = 2e7
+#: Largest total pessimistic rounding (number of composed releases x discretisation) the PLD
+#: accountant accepts when the exact Gaussian closed form or the RDP bound can be used instead.
+PLD_MAX_ROUNDING = 10.0
 #: Coarsest discretisation interval the PLD accountant coarsens to before falling back to the exact
 #: Gaussian closed form, the Rényi-DP bound or basic composition (each still an upper bound).
 PLD_MAX_DISCRETIZATION = 0.02
@@ -795,6 +812,28 @@ def _pure_epsilon_of(event: PrivacyEvent) -> float | None:
     if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
         return _pure_epsilon_of(event.source)
     return event.pure_epsilon()
+
+
+def _self_compose(pld: Any, count: int) -> Any:
+    """``count``-fold self-composition of a PLD.
+
+    dp-accounting composes a *sparse* PMF (a few loss values, e.g. a very noisy release) by
+    ``count - 1`` pairwise compositions in a Python loop, which never ends for ``count = 10**12``;
+    there, compose by repeated squaring instead (log2(count) compositions, each pessimistic, so the
+    result stays an upper bound).
+    """
+    sparse = type(getattr(pld, "_pmf_remove", None)).__name__ == "SparsePLDPmf"
+    if count <= 1000 or not sparse:
+        return pld.self_compose(count)
+    result: Any = None
+    power = pld
+    while count:
+        if count & 1:
+            result = power if result is None else result.compose(power)
+        count >>= 1
+        if count:
+            power = power.compose(power)
+    return result
 
 
 def _compose_pld(a: Any, b: Any) -> Any:

@@ -11,7 +11,7 @@ import dp_accounting
 from scipy.optimize import brentq
 
 from dpopt._validation import check_int, check_positive, check_probability
-from dpopt.accounting.accountants import AccountantKind, Budget, make_accountant
+from dpopt.accounting.accountants import _KINDS, AccountantKind, Budget, make_accountant
 from dpopt.accounting.events import (
     EpsilonDeltaEvent,
     GaussianEvent,
@@ -20,6 +20,7 @@ from dpopt.accounting.events import (
     PoissonSampledEvent,
     PrivacyEvent,
     RepeatedEvent,
+    check_neighbouring,
 )
 from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
 
@@ -47,7 +48,22 @@ def gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 1.0) -> fl
     """Exact ε at ``delta`` of one Gaussian release (analytic Gaussian mechanism, Balle-Wang 2018)."""
     s = check_positive(sigma, "sigma") / check_positive(sensitivity, "sensitivity")
     d = check_probability(delta, "delta", open_left=True)
-    return float(dp_accounting.get_epsilon_gaussian(s, d))
+    return _checked(lambda: dp_accounting.get_epsilon_gaussian(s, d), "ε", f"σ/Δ={s:.3g}, δ={d:.3g}")
+
+
+def _checked(compute: Callable[[], Any], what: str, params: str) -> float:
+    """Run a dp-accounting root finder; refuse (never return inf/NaN) where it cannot give a number."""
+    try:
+        value = float(compute())
+    except (ValueError, ArithmeticError, RuntimeError):
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidParameterError(
+            f"{what} cannot be computed for {params}: the parameters are outside the numerically "
+            "supported range (ε up to ~1e4, δ above ~1e-300, noise and sensitivity within ~1e±150 of "
+            "each other); use a smaller ε or a larger δ"
+        )
+    return value
 
 
 def gaussian_sigma(
@@ -63,13 +79,23 @@ def gaussian_sigma(
     eps = check_positive(epsilon, "epsilon")
     d = check_probability(delta, "delta", open_left=True)
     sens = check_positive(sensitivity, "sensitivity")
-    exact = float(dp_accounting.get_sigma_gaussian(eps, d)) * sens
+    exact = _checked(lambda: dp_accounting.get_sigma_gaussian(eps, d), "σ", f"ε={eps:.3g}, δ={d:.3g}") * sens
+    if not (math.isfinite(exact) and exact > 0):
+        raise InvalidParameterError(
+            f"σ for ε={eps:.3g}, δ={d:.3g} and sensitivity {sens:.3g} is not a positive finite number "
+            "(it under- or overflows); rescale the query so its sensitivity is nearer 1"
+        )
     if method == "analytic":
         return exact
     if method not in ("classic", "coa"):
         raise InvalidParameterError("method: must be 'analytic', 'classic' or 'coa'")
     c = 1.25 if method == "classic" else 2.0
     sigma = sens * math.sqrt(2 * math.log(c / d)) / eps
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise InvalidParameterError(
+            f"the {method} σ for ε={eps:.3g}, δ={d:.3g} and sensitivity {sens:.3g} under- or overflows; "
+            "rescale the query so its sensitivity is nearer 1"
+        )
     if sigma < exact:
         true_eps = gaussian_epsilon(sigma, d, sens)
         warnings.warn(
@@ -116,7 +142,15 @@ def advanced_composition_step(
     def excess(e0: float) -> float:
         return e0 * math.sqrt(2 * k * math.log(1 / slack)) + k * e0 * math.expm1(e0) - eps
 
-    eps0 = float(brentq(excess, 1e-300, eps, xtol=1e-15, rtol=1e-12))
+    try:
+        eps0 = float(brentq(excess, 1e-300, eps, xtol=1e-15, rtol=1e-12))
+    except (ValueError, ArithmeticError, RuntimeError):
+        eps0 = math.nan
+    if not (math.isfinite(eps0) and eps0 > 0 and delta0 > 0):
+        raise InvalidParameterError(
+            f"advanced composition: no per-step ε0 > 0 for ε={eps:.3g}, δ={d:.3g} over {k} steps "
+            "(under- or overflow); use fewer steps or a larger budget"
+        )
     return eps0, delta0
 
 
@@ -142,9 +176,19 @@ def calibrate(
     lo, hi = check_positive(lower, "lower"), check_positive(upper, "upper")
     if lo >= hi:
         raise InvalidParameterError("lower: must be smaller than upper")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise InvalidParameterError(
+            "the noise search range overflows for this budget (ε too small, or too many releases, for "
+            "the sensitivity); use a larger ε or fewer releases"
+        )
     acct = make_accountant(accountant, neighbouring=neighbouring, **accountant_options)
 
     def fits(p: float) -> bool:
+        if not math.isfinite(p) or p <= 0:
+            raise InvalidParameterError(
+                "calibration failed: the noise level needed for this budget under- or overflows; use a "
+                "larger ε, fewer releases or a sensitivity nearer 1"
+            )
         return acct.fresh().would_spend(make_event(p), delta=budget.delta) <= budget.epsilon
 
     # Bracket by walking from the geometric middle of [lower, upper] in factors of 2, so that noise
@@ -195,6 +239,11 @@ def calibrate_noise(
         raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
     sens = check_positive(sensitivity, "sensitivity")
     k = check_int(steps, "steps")
+    check_neighbouring(neighbouring)
+    if {"paper": "basic", "tight": "pld"}.get(accountant, accountant) not in _KINDS:
+        raise InvalidParameterError(
+            f"accountant: unknown kind; choose one of {sorted(_KINDS)} (or 'paper' / 'tight')"
+        )
     q = (
         None
         if sampling_rate is None
@@ -208,7 +257,13 @@ def calibrate_noise(
         if family == "gaussian" and k == 1 and accountant in ("pld", "tight", "rdp"):
             return gaussian_sigma(budget.epsilon, budget.delta, sens)
         if family == "laplace" and (k == 1 or accountant in ("basic", "paper")):
-            return k * sens / budget.epsilon
+            scale = k * sens / budget.epsilon
+            if not (math.isfinite(scale) and scale > 0):
+                raise InvalidParameterError(
+                    f"the Laplace scale {k} x {sens:.3g} / {budget.epsilon:.3g} under- or overflows; use a "
+                    "larger ε, fewer releases or a sensitivity nearer 1"
+                )
+            return scale
 
     def make(p: float) -> PrivacyEvent:
         step: PrivacyEvent = GaussianEvent(p, sens) if family == "gaussian" else LaplaceEvent(p, sens)
@@ -222,6 +277,11 @@ def calibrate_noise(
             "method='classic') or advanced_composition_step(...), or a tight accountant"
         )
     scale = sens * (k if family == "laplace" else math.sqrt(k)) / budget.epsilon
+    if not (math.isfinite(scale * 10) and scale / 100 > 0):
+        raise InvalidParameterError(
+            f"the noise scale for ε={budget.epsilon:.3g} over {k} releases of sensitivity {sens:.3g} under- "
+            "or overflows; use a larger ε, fewer releases or a sensitivity nearer 1"
+        )
     return calibrate(
         make, budget, accountant=accountant, neighbouring=neighbouring, lower=scale / 100, upper=scale * 10
     )
