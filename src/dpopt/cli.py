@@ -226,6 +226,8 @@ def _load_histogram(text: str) -> np.ndarray[Any, Any]:
     """Counts, one per cell, from ``.npy``, ``.csv`` (comma separated) or whitespace-separated text."""
     import numpy as np
 
+    from dpopt._validation import parse_numeric_table
+
     path = Path(text)
     if not path.is_file():
         raise _UsageError(f"histogram file not found: {text}")
@@ -234,11 +236,14 @@ def _load_histogram(text: str) -> np.ndarray[Any, Any]:
             warnings.simplefilter("error", UserWarning)  # numpy only warns on an empty text file
             if path.suffix.lower() == ".npy":
                 x = np.load(path, allow_pickle=False)
-            else:
-                x = np.loadtxt(path, delimiter="," if path.suffix.lower() == ".csv" else None, ndmin=1)
+            else:  # the checked parser names the line and column, never the text found there
+                delim = "," if path.suffix.lower() == ".csv" else None
+                x = parse_numeric_table(path.read_text(encoding="utf-8"), f"histogram file {text}", delimiter=delim)
         x = np.asarray(x, dtype=np.float64)
+    except DPOptError as exc:
+        raise _UsageError(f"{exc}; expected numeric counts, one per cell") from None
     except (ValueError, TypeError, EOFError, UserWarning) as exc:
-        raise _UsageError(f"histogram file {text}: could not read numeric counts ({exc})") from None
+        raise _UsageError(f"histogram file {text}: could not read numeric counts ({type(exc).__name__})") from None
     if x.ndim == 2 and 1 in x.shape:
         x = x.reshape(-1)
     if x.ndim != 1 or x.size == 0:
