@@ -19,7 +19,7 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
-from dpopt._validation import check_array
+from dpopt._validation import as_float_array, check_array
 from dpopt.accounting import Accountant, Budget, PrivacySpent, check_neighbouring, make_accountant
 from dpopt.accounting.events import Neighbouring
 from dpopt.exceptions import InvalidParameterError
@@ -93,7 +93,7 @@ def strategy_sensitivity(A: ArrayLike, neighbouring: Neighbouring = "add_remove"
     ``"replace_one"``: one record moves between cells i and j, Δ = max_{i≠j} ‖A_i - A_j‖₂
     (at most twice the add/remove value).
     """
-    Aa = np.asarray(A, dtype=np.float64)
+    Aa = as_float_array(A, "A", ndim=2)
     rel = check_neighbouring(neighbouring)
     norms2 = np.sum(Aa**2, axis=0)
     if rel == "add_remove" or Aa.shape[1] == 1:
@@ -139,7 +139,7 @@ def _resolve_strategy(
         from dpopt.linear_queries import baselines
 
         return baselines.baseline(strategy, workload)
-    return evaluate_strategy(workload, np.asarray(strategy, dtype=np.float64), certify=False)
+    return evaluate_strategy(workload, as_float_array(strategy, "strategy", ndim=2), certify=False)
 
 
 def answer(

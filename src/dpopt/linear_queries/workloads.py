@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import math
+import zipfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
-from dpopt._validation import check_int, check_probability
+from dpopt._validation import as_float_array, check_int, check_probability, parse_numeric_table
 from dpopt.exceptions import InvalidParameterError
 from dpopt.randomness import RNGLike, as_generator
 
@@ -340,12 +341,7 @@ class MatrixWorkload(Workload):
                 )
             self._W: FloatArray | sp.csr_array = Ws
         else:
-            try:
-                Wd = np.asarray(W, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise InvalidParameterError("W: could not be converted to a numeric matrix") from None
-            if Wd.ndim != 2:
-                raise InvalidParameterError(f"W: expected a 2-d matrix, got shape {Wd.shape}")
+            Wd = as_float_array(W, "W", ndim=2, finite=False)
             if not np.all(np.isfinite(Wd)):
                 raise InvalidParameterError(
                     "W: contains NaN or infinite entries; remove or impute them first"
@@ -394,8 +390,8 @@ class LowRank(Workload):
     def __init__(
         self, C: ArrayLike, B: ArrayLike, *, name: str | None = None, params: dict[str, Any] | None = None
     ):
-        Ca = np.asarray(C, dtype=np.float64)
-        Ba = np.asarray(B, dtype=np.float64)
+        Ca = as_float_array(C, "C", finite=False)
+        Ba = as_float_array(B, "B", finite=False)
         if Ca.ndim != 2 or Ba.ndim != 2 or Ca.shape[1] != Ba.shape[0]:
             raise InvalidParameterError(
                 f"C, B: need C of shape (m, s) and B of shape (s, n), got {Ca.shape} and {Ba.shape}"
@@ -717,7 +713,10 @@ def random_bernoulli(
     prob = check_probability(p, "p", open_left=True)
     g = as_generator(rng)
     on = g.random((m, n)) < prob
-    W = np.where(on, float(values[1]), float(values[0]))
+    vals = as_float_array(values, "values", ndim=1)
+    if vals.shape != (2,):
+        raise InvalidParameterError("values: expected a pair (value when off, value when on)")
+    W = np.where(on, vals[1], vals[0])
     return MatrixWorkload(
         W, allow_zero_columns=True, name="WDiscrete", params={"generator": "WDiscrete", "p": prob}
     )
@@ -822,18 +821,32 @@ def load(path: str | Any, *, allow_zero_columns: bool = False) -> MatrixWorkload
     suffix = p.suffix.lower()
     W: Any
     if suffix == ".npy":
-        W = np.load(p, allow_pickle=False)
+        try:
+            W = np.load(p, allow_pickle=False)
+        except (ValueError, OSError, EOFError):
+            raise InvalidParameterError(
+                f"workload file {p.name}: not a numeric .npy array (object arrays are not loaded)"
+            ) from None
     elif suffix == ".npz":
         try:
             W = sp.load_npz(p)
-        except (ValueError, KeyError, OSError):
-            with np.load(p, allow_pickle=False) as data:
-                if "W" not in data:
-                    raise InvalidParameterError(
-                        "workload file: an .npz needs a sparse matrix or an array 'W'"
-                    ) from None
-                W = np.array(data["W"])
+        except (ValueError, KeyError, OSError, EOFError):
+            try:
+                with np.load(p, allow_pickle=False) as data:
+                    if "W" not in data:
+                        raise InvalidParameterError(
+                            "workload file: an .npz needs a sparse matrix or an array 'W'"
+                        ) from None
+                    W = np.array(data["W"])
+            except InvalidParameterError:
+                raise
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile):
+                raise InvalidParameterError(f"workload file {p.name}: not a readable .npz archive") from None
     else:
-        W = np.loadtxt(p, delimiter="," if suffix == ".csv" else None, ndmin=2)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise InvalidParameterError(f"workload file {p.name}: is not a text file") from None
+        W = parse_numeric_table(text, f"workload file {p.name}", delimiter="," if suffix == ".csv" else None)
     workload = MatrixWorkload(W, allow_zero_columns=allow_zero_columns, name=p.stem)
     return workload
