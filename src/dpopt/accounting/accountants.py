@@ -502,6 +502,8 @@ class PldAccountant(Accountant):
         return pld_lib.from_privacy_parameters(params, value_discretization_interval=vdi)
 
     def _pld(self, event: PrivacyEvent, vdi: float | None = None) -> Any:
+        # mechanisms are passed as (noise / sensitivity, 1): the PLD depends on the ratio only, and
+        # dp-accounting squares σ and Δ separately (overflow at σ ~ 1e155)
         vdi = self.discretization if vdi is None else vdi
         if isinstance(event, NonPrivateEvent):
             return "inf"
@@ -509,11 +511,11 @@ class PldAccountant(Accountant):
             return self._pld(event.source, vdi)
         if isinstance(event, LaplaceEvent):
             return pld_lib.from_laplace_mechanism(
-                event.scale, event.sensitivity, value_discretization_interval=vdi
+                event.scale / event.sensitivity, 1.0, value_discretization_interval=vdi
             )
         if isinstance(event, GaussianEvent):
             return pld_lib.from_gaussian_mechanism(
-                event.sigma, event.sensitivity, value_discretization_interval=vdi
+                event.sigma / event.sensitivity, 1.0, value_discretization_interval=vdi
             )
         if isinstance(event, ComposedEvent):
             out: Any = None
@@ -529,8 +531,8 @@ class PldAccountant(Accountant):
                 # replace-one with n public: the replaced record contributes a or b (‖a - b‖ <= Δ) to
                 # the sum; dp-accounting's REPLACE pair is q·N(∓Δ/2) + (1-q)·N(0)
                 return pld_lib.from_gaussian_mechanism(
-                    inner_event.sigma,
-                    inner_event.sensitivity / 2,
+                    inner_event.sigma / (inner_event.sensitivity / 2),
+                    1.0,
                     value_discretization_interval=vdi,
                     sampling_prob=event.rate,
                     neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE,
@@ -542,15 +544,15 @@ class PldAccountant(Accountant):
                 )
             if isinstance(inner_event, GaussianEvent):
                 return pld_lib.from_gaussian_mechanism(
-                    inner_event.sigma,
-                    inner_event.sensitivity,
+                    inner_event.sigma / inner_event.sensitivity,
+                    1.0,
                     value_discretization_interval=vdi,
                     sampling_prob=event.rate,
                 )
             if isinstance(inner_event, LaplaceEvent):
                 return pld_lib.from_laplace_mechanism(
-                    inner_event.scale,
-                    inner_event.sensitivity,
+                    inner_event.scale / inner_event.sensitivity,
+                    1.0,
                     value_discretization_interval=vdi,
                     sampling_prob=event.rate,
                 )
@@ -603,10 +605,18 @@ class PldAccountant(Accountant):
         rounding = n_releases * st.vdi > PLD_MAX_ROUNDING
         gaussian_only = all(_gaussian_multiplier_sq(e) is not None for e in events)
         rdp_better = rounding and not gaussian_only and self._rdp_supports(events)
+        numeric_failure = False
         if load <= 1 and not (rounding and gaussian_only) and not rdp_better:
-            new_pld = _compose_pld(st.pld, self._pld(step, st.vdi))
-            return _PldState(new_pld, new_pure, st.vdi, events, None), notes
-        if load > 1:
+            try:
+                new_pld = _compose_pld(st.pld, self._pld(step, st.vdi))
+            except (ArithmeticError, ValueError, MemoryError):  # dp-accounting overflows at extreme σ/Δ
+                numeric_failure = True
+            else:
+                return _PldState(new_pld, new_pure, st.vdi, events, None), notes
+        if numeric_failure:
+            points = "parameters where dp-accounting's PLD construction overflows"
+            load = math.inf
+        elif load > 1:
             points = f"~{load:.3g} times the supported size at discretisation {self.discretization:g}"
         else:
             points = f"{n_releases} releases, each rounded up by up to {st.vdi:g} in ε"
@@ -624,7 +634,7 @@ class PldAccountant(Accountant):
             )
             return _PldState(None, new_pure, st.vdi, events, "rdp"), notes
         # coarsen the discretisation (pessimistic, so still an upper bound) in powers of two
-        vdi = self.discretization * 2.0 ** math.ceil(math.log2(load))
+        vdi = self.discretization * 2.0 ** math.ceil(math.log2(load)) if math.isfinite(load) else math.inf
         if vdi <= PLD_MAX_DISCRETIZATION:
             if vdi > st.vdi:
                 pld: Any = None

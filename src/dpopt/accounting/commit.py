@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from dpopt.accounting.accountants import Accountant, Budget, PrivacySpent, make_accountant
+from dpopt.accounting.accountants import Accountant, Budget, InfoNote, PrivacySpent, make_accountant
 from dpopt.accounting.events import Neighbouring, NonPrivateEvent, PrivacyEvent, check_neighbouring
 from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
 
@@ -126,7 +126,8 @@ def commit(
     opts = tuple(sorted((options or {}).items()))
     spent = _planned_spend(event, budget, kind, rel, opts)  # raises BudgetExceededError when over
     for note in spent.notes:  # a lemma applied outside its preconditions, etc. (every call, even cached)
-        warnings.warn(note, PrivacyClaimWarning, stacklevel=3)
+        if not isinstance(note, InfoNote):  # InfoNote: which bound the accountant used (recorded, not warned)
+            warnings.warn(note, PrivacyClaimWarning, stacklevel=3)
     if acct is not None:
         acct.compose(event, label=label)
     if warn and not spent.sound:
