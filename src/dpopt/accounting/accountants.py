@@ -286,6 +286,8 @@ def amplified_epsilon(epsilon: float, rate: float) -> float:
     """ln(1 + q(e^ε - 1)): amplification by subsampling (Poisson/add-remove, or fixed-size/replace-one)."""
     if math.isinf(epsilon):
         return math.inf
+    if epsilon > 700:  # e^ε overflows: ln(q e^ε (1 - (1-q)e^-ε)) = ε + ln q + ln(1 - (1-q)e^-ε)
+        return epsilon + math.log(rate) + math.log1p(-(1 - rate) * math.exp(-epsilon))
     return math.log1p(rate * math.expm1(epsilon))
 
 
@@ -374,7 +376,7 @@ class _PaperAccountant(Accountant):
         if rule == "bst14":
             eps = 2 * q * eps0
         elif rule == "thesis":
-            eps = 2 * math.expm1(eps0) * q
+            eps = 2 * math.expm1(eps0) * q if eps0 < 700 else math.inf
         else:
             eps = amplified_epsilon(eps0, q)
         return Counter({(eps, q * delta0): 1})
@@ -453,6 +455,8 @@ class AdvancedCompositionAccountant(_PaperAccountant):
         if slack <= 0:
             return basic
         sq = sum(e * e * c for (e, _), c in state.items())
+        if any(e > 700 for (e, _) in state):
+            return basic  # e^ε overflows: the strong-composition term is infinite
         lin = sum(e * math.expm1(e) * c for (e, _), c in state.items())
         adv = math.sqrt(2 * math.log(1 / slack) * sq) + lin
         return min(basic, adv)
@@ -511,11 +515,11 @@ class PldAccountant(Accountant):
             return self._pld(event.source, vdi)
         if isinstance(event, LaplaceEvent):
             return pld_lib.from_laplace_mechanism(
-                event.scale / event.sensitivity, 1.0, value_discretization_interval=vdi
+                _ratio(event.scale, event.sensitivity), 1.0, value_discretization_interval=vdi
             )
         if isinstance(event, GaussianEvent):
             return pld_lib.from_gaussian_mechanism(
-                event.sigma / event.sensitivity, 1.0, value_discretization_interval=vdi
+                _ratio(event.sigma, event.sensitivity), 1.0, value_discretization_interval=vdi
             )
         if isinstance(event, ComposedEvent):
             out: Any = None
@@ -531,7 +535,7 @@ class PldAccountant(Accountant):
                 # replace-one with n public: the replaced record contributes a or b (‖a - b‖ <= Δ) to
                 # the sum; dp-accounting's REPLACE pair is q·N(∓Δ/2) + (1-q)·N(0)
                 return pld_lib.from_gaussian_mechanism(
-                    inner_event.sigma / (inner_event.sensitivity / 2),
+                    _ratio(inner_event.sigma, inner_event.sensitivity / 2),
                     1.0,
                     value_discretization_interval=vdi,
                     sampling_prob=event.rate,
@@ -544,14 +548,14 @@ class PldAccountant(Accountant):
                 )
             if isinstance(inner_event, GaussianEvent):
                 return pld_lib.from_gaussian_mechanism(
-                    inner_event.sigma / inner_event.sensitivity,
+                    _ratio(inner_event.sigma, inner_event.sensitivity),
                     1.0,
                     value_discretization_interval=vdi,
                     sampling_prob=event.rate,
                 )
             if isinstance(inner_event, LaplaceEvent):
                 return pld_lib.from_laplace_mechanism(
-                    inner_event.scale / inner_event.sensitivity,
+                    _ratio(inner_event.scale, inner_event.sensitivity),
                     1.0,
                     value_discretization_interval=vdi,
                     sampling_prob=event.rate,
@@ -724,8 +728,8 @@ class PldAccountant(Accountant):
 #: PLD accountant asks dp-accounting to discretise, and largest estimated support of the composed
 #: PLD (its FFT size).  Beyond them the discretisation is coarsened, then a fallback bound is used.
 #: The estimates are conservative by ~3x; the caps keep any one composition to a few seconds.
-PLD_MAX_POINTS = 5e5
-PLD_MAX_SUPPORT = 2e7
+PLD_MAX_POINTS = 1e5
+PLD_MAX_SUPPORT = 5e6
 #: Largest total pessimistic rounding (number of composed releases x discretisation) the PLD
 #: accountant accepts when the exact Gaussian closed form or the RDP bound can be used instead.
 PLD_MAX_ROUNDING = 10.0
@@ -785,7 +789,8 @@ def _gaussian_multiplier_sq(event: PrivacyEvent) -> float | None:
     if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
         return _gaussian_multiplier_sq(event.source)
     if isinstance(event, GaussianEvent):
-        return (event.sensitivity / event.sigma) ** 2
+        mu = event.sensitivity / event.sigma
+        return mu * mu
     if isinstance(event, RepeatedEvent):
         inner = _gaussian_multiplier_sq(event.event)
         return None if inner is None else inner * event.count
@@ -793,6 +798,16 @@ def _gaussian_multiplier_sq(event: PrivacyEvent) -> float | None:
         parts = [_gaussian_multiplier_sq(e) for e in event.events]
         return None if any(p is None for p in parts) else float(sum(p for p in parts if p is not None))
     return None
+
+
+#: Noise-to-sensitivity ratios above this are analysed as this ratio (less noise: an upper bound on ε);
+#: dp-accounting squares the ratio, which overflows near 1e154.
+_MAX_NOISE_RATIO = 1e100
+
+
+def _ratio(noise: float, sensitivity: float) -> float:
+    """noise / sensitivity, capped at :data:`_MAX_NOISE_RATIO` (capping less noise is sound)."""
+    return min(noise / sensitivity, _MAX_NOISE_RATIO)
 
 
 def _gaussian_epsilon_exact(noise_multiplier: float, delta: float) -> float:
@@ -878,9 +893,9 @@ class RdpAccountant(Accountant):
         if isinstance(event, EpsilonDeltaEvent) and event.source is not None:
             return self._to_dpa(event.source)
         if isinstance(event, GaussianEvent):
-            return dp_accounting.GaussianDpEvent(event.noise_multiplier)
+            return dp_accounting.GaussianDpEvent(_ratio(event.sigma, event.sensitivity))
         if isinstance(event, LaplaceEvent):
-            return dp_accounting.LaplaceDpEvent(event.scale / event.sensitivity)
+            return dp_accounting.LaplaceDpEvent(_ratio(event.scale, event.sensitivity))
         if isinstance(event, ComposedEvent):
             return dp_accounting.ComposedDpEvent([self._to_dpa(e) for e in event.events])
         if isinstance(event, RepeatedEvent):
@@ -890,7 +905,7 @@ class RdpAccountant(Accountant):
             if isinstance(inner, EpsilonDeltaEvent) and inner.source is not None:
                 inner = inner.source
             if isinstance(inner, GaussianEvent):
-                g = dp_accounting.GaussianDpEvent(inner.noise_multiplier)
+                g = dp_accounting.GaussianDpEvent(_ratio(inner.sigma, inner.sensitivity))
                 if isinstance(event, PoissonSampledEvent):
                     return dp_accounting.PoissonSampledDpEvent(event.rate, g)
                 return dp_accounting.SampledWithoutReplacementDpEvent(
@@ -920,7 +935,13 @@ class RdpAccountant(Accountant):
                 f"the RDP accountant cannot analyse {type(event).__name__} under {self.neighbouring} neighbours"
             )
         new = copy.deepcopy(wrapped)
-        new.compose(dpa_event, count)
+        try:
+            new.compose(dpa_event, count)
+        except (ArithmeticError, ValueError) as exc:  # dp-accounting at extreme noise multipliers
+            raise UnsupportedEventError(
+                f"the RDP accountant cannot analyse this {type(event).__name__} numerically (noise far below "
+                f"its sensitivity: {type(exc).__name__}); use more noise or the 'pld' accountant"
+            ) from None
         return (new, n + count), []
 
     def _epsilon(self, state: Any, delta: float) -> float:
@@ -929,7 +950,11 @@ class RdpAccountant(Accountant):
             return 0.0
         if delta == 0:
             return math.inf  # RDP gives no pure-DP bound
-        return max(0.0, float(wrapped.get_epsilon(delta)))
+        try:
+            eps = float(wrapped.get_epsilon(delta))
+        except (ArithmeticError, ValueError):
+            return math.inf  # no finite bound computable: claim nothing
+        return max(0.0, eps) if not math.isnan(eps) else math.inf
 
 
 AccountantKind = Literal["basic", "advanced", "rdp", "pld"]
