@@ -465,6 +465,20 @@ def _adult_dir(path: str) -> Path:
     raise FileNotFoundError("UCI Adult not found: set DPOPT_DATASETS or RealConfig.adult_path")
 
 
+def _check_e5(cfg: RealConfig) -> None:
+    """With ``adult=True``, refuse before a run folder exists when UCI Adult cannot be found."""
+    from dpopt.exceptions import InvalidParameterError
+
+    if cfg.adult:
+        try:
+            _adult_dir(cfg.adult_path)
+        except FileNotFoundError:
+            raise InvalidParameterError(
+                "UCI Adult not found: set DPOPT_DATASETS, or --set adult_path=DIR (the folder holding "
+                "adult.data), or --set adult=false"
+            ) from None
+
+
 def run_e5(cfg: RealConfig, rng: np.random.Generator) -> Iterator[Record]:
     """Logistic regression (breast cancer, Adult) and LASSO (diabetes): test accuracy / excess risk."""
     from sklearn.model_selection import train_test_split
@@ -656,6 +670,7 @@ register(
         ),
         seed_doc="seed 002 (no experiments in the paper)",
         run=run_e5,
+        check=_check_e5,
         configs={"quick": RealConfig(), "paper": RealConfig(epsilons=(0.1, 0.5, 1.0, 2.0, 5.0), adult=True)},
         plot=plot_e5,
         tables=tables_e5,
