@@ -593,75 +593,73 @@ class PldAccountant(Accountant):
         eps = _pure_epsilon_of(event)
         new_pure = None if st.pure is None or eps is None else st.pure + count * eps
         events = (*st.events, step)
-        notes: list[str] = []
-        if st.fallback is not None:  # once a ledger is past the PLD's reach it stays on the fallback
-            self._check_fallback(st.fallback, events, new_pure)
-            return _PldState(None, new_pure, st.vdi, events, st.fallback), notes
+        kind, vdi, why = self._plan(events, st.vdi)
+        if kind == "pld":
+            try:
+                if st.fallback is None and vdi == st.vdi:
+                    pld = _compose_pld(st.pld, self._pld(step, vdi))  # incremental
+                else:
+                    pld = None
+                    for e in events:
+                        pld = _compose_pld(pld, self._pld(e, vdi))
+            except (ArithmeticError, ValueError, MemoryError):  # dp-accounting overflows at extreme σ/Δ
+                kind, vdi, why = self._plan(events, st.vdi, numeric_failure=True)
+            else:
+                notes: list[str] = []
+                if vdi > st.vdi:
+                    notes.append(
+                        InfoNote(
+                            f"PLD accountant: discretisation coarsened from {st.vdi:g} to {vdi:g} to bound "
+                            f"memory and time ({why}); the bound stays valid"
+                        )
+                    )
+                return _PldState(pld, new_pure, vdi, events, None), notes
+        self._check_fallback(kind, events, new_pure, why)
+        notes = []
+        if kind != st.fallback:
+            what = {
+                "gaussian": "its releases are all (unsampled) Gaussian, so the exact closed form of composed "
+                "Gaussians was used",
+                "rdp": "the Rényi-DP bound was used instead (looser, still valid)",
+                "pure": "basic composition of the pure ε was used instead (looser, still valid)",
+            }[kind]
+            notes.append(InfoNote(f"PLD accountant: {why}; {what}"))
+        return _PldState(None, new_pure, st.vdi, events, kind), notes
+
+    def _plan(
+        self, events: tuple[PrivacyEvent, ...], vdi: float, *, numeric_failure: bool = False
+    ) -> tuple[str, float, str]:
+        """How to analyse ``events``: ("pld", discretisation, why) or a fallback ("gaussian", "rdp",
+        "pure") with the reason the PLD was not used."""
         costs = [_pld_cost(e) for e in events]
-        # points at the base discretisation, relative to the caps (> 1: too large)
+        # estimated points at the base discretisation relative to the caps (> 1: too large)
         load = max(
             sum(c[0] for c in costs) / self.discretization / PLD_MAX_POINTS,
             sum(c[1] for c in costs) / self.discretization / PLD_MAX_SUPPORT,
         )
         # The pessimistic rounding can add up to one discretisation step per composed release: past
-        # PLD_MAX_ROUNDING (in ε) a closed form or the RDP bound is better, when one applies.
+        # PLD_MAX_ROUNDING (in ε) the exact Gaussian closed form or the RDP bound is preferred.
         n_releases = sum(_count_events(e) for e in events)
-        rounding = n_releases * st.vdi > PLD_MAX_ROUNDING
+        rounding = n_releases * vdi > PLD_MAX_ROUNDING
         gaussian_only = all(_gaussian_multiplier_sq(e) is not None for e in events)
-        rdp_better = rounding and not gaussian_only and self._rdp_supports(events)
-        numeric_failure = False
-        if load <= 1 and not (rounding and gaussian_only) and not rdp_better:
-            try:
-                new_pld = _compose_pld(st.pld, self._pld(step, st.vdi))
-            except (ArithmeticError, ValueError, MemoryError):  # dp-accounting overflows at extreme σ/Δ
-                numeric_failure = True
-            else:
-                return _PldState(new_pld, new_pure, st.vdi, events, None), notes
         if numeric_failure:
-            points = "parameters where dp-accounting's PLD construction overflows"
-            load = math.inf
+            why, load = "dp-accounting's PLD construction overflows at these parameters", math.inf
         elif load > 1:
-            points = f"~{load:.3g} times the supported size at discretisation {self.discretization:g}"
+            why = f"its PLD would need ~{load:.3g} times the supported size at discretisation {self.discretization:g}"
         else:
-            points = f"{n_releases} releases, each rounded up by up to {st.vdi:g} in ε"
+            why = f"{n_releases} releases, each rounded up by up to {vdi:g} in ε"
+        if load <= 1 and not rounding:
+            return "pld", vdi, why
         if gaussian_only:
-            notes.append(
-                InfoNote(
-                    f"PLD accountant: the ledger's PLD would need {points}; its releases are all "
-                    "(unsampled) Gaussian, so the exact closed form of composed Gaussians was used"
-                )
-            )
-            return _PldState(None, new_pure, st.vdi, events, "gaussian"), notes
-        if rdp_better:
-            notes.append(
-                InfoNote(f"PLD accountant: {points}; the Rényi-DP bound was used instead (still valid)")
-            )
-            return _PldState(None, new_pure, st.vdi, events, "rdp"), notes
-        # coarsen the discretisation (pessimistic, so still an upper bound) in powers of two
-        vdi = self.discretization * 2.0 ** math.ceil(math.log2(load)) if math.isfinite(load) else math.inf
-        if vdi <= PLD_MAX_DISCRETIZATION:
-            if vdi > st.vdi:
-                pld: Any = None
-                for e in events:
-                    pld = _compose_pld(pld, self._pld(e, vdi))
-                notes.append(
-                    InfoNote(
-                        f"PLD accountant: discretisation coarsened from {self.discretization:g} to {vdi:g} "
-                        f"to bound memory and time (the ledger would need {points}); the bound stays valid"
-                    )
-                )
-                return _PldState(pld, new_pure, vdi, events, None), notes
-            return _PldState(_compose_pld(st.pld, self._pld(step, vdi)), new_pure, vdi, events, None), notes
-        fallback = "rdp" if self._rdp_supports(events) else "pure"
-        self._check_fallback(fallback, events, new_pure, points)
-        what = "the Rényi-DP bound" if fallback == "rdp" else "basic composition of the pure ε"
-        notes.append(
-            InfoNote(
-                f"PLD accountant: the ledger's PLD would need {points} (too large even at discretisation "
-                f"{PLD_MAX_DISCRETIZATION:g}); {what} was used instead (looser, still valid)"
-            )
-        )
-        return _PldState(None, new_pure, st.vdi, events, fallback), notes
+            return "gaussian", vdi, why
+        rdp = self._rdp_supports(events)
+        if rounding and load <= 1 and rdp:
+            return "rdp", vdi, why
+        if math.isfinite(load):
+            coarse = max(vdi, self.discretization * 2.0 ** math.ceil(math.log2(max(load, 1.0))))
+            if coarse <= PLD_MAX_DISCRETIZATION:
+                return "pld", coarse, why
+        return ("rdp" if rdp else "pure"), vdi, why
 
     def _rdp_supports(self, events: tuple[PrivacyEvent, ...]) -> bool:
         try:
@@ -683,7 +681,7 @@ class PldAccountant(Accountant):
         if not ok:
             raise UnsupportedEventError(
                 "the PLD accountant cannot analyse this ledger in bounded memory and time"
-                + (f" (it would need {points})" if points else "")
+                + (f" ({points})" if points else "")
                 + ", and neither the Rényi-DP nor a pure-ε bound applies to it; use more noise (a larger "
                 "σ or Laplace scale relative to the sensitivity) or fewer releases"
             )
