@@ -244,6 +244,54 @@ def test_bad_arguments_rejected(demo: registry.Experiment, tmp_path: Path) -> No
         run_experiment(NAME, out_dir=blocker / "sub", progress=False)
 
 
+def test_relative_out_dir_and_bad_arguments_write_nothing(
+    demo: registry.Experiment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for kwargs in ({"scale": "huge"}, {"seeds": (1, 1)}, {"overrides": {"n_points": "x"}}):
+        with pytest.raises(InvalidParameterError):
+            run_experiment(NAME, out_dir="runs/a", progress=False, **kwargs)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # every argument is checked before the run folder exists
+    # the plot returns out_dir / "demo.png"; with a relative out_dir that path must not be joined twice
+    res = run_experiment(NAME, out_dir="runs/a", progress=False)
+    assert res.out_dir.is_absolute() and res.figures == (tmp_path / "runs" / "a" / "demo.png",)
+    assert json.loads((tmp_path / "runs" / "a" / "run.json").read_text())["figures"] == ["demo.png"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Files:
+    data_path: str = ""
+    out_dir: str = ""
+    dataset: str = "builtin"
+    label: str = "x:y"
+
+
+def test_check_paths_and_check_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "present.csv").write_text("1\n")
+    registry.check_paths(_Files())  # empty = "the usual places"; other fields are not paths
+    registry.check_paths(_Files(data_path="present.csv", out_dir=".", dataset="csv:present.csv"))
+    for bad, field in (({"data_path": "gone.csv"}, "data_path"), ({"dataset": "csv:gone.csv"}, "dataset")):
+        with pytest.raises(InvalidParameterError, match=f"--set {field}: gone.csv does not exist"):
+            registry.check_paths(_Files(**bad))  # type: ignore[arg-type]
+
+    def refuse(cfg: _Files) -> None:
+        if cfg.label == "bad":
+            raise InvalidParameterError("--set label: bad")
+
+    exp = registry.Experiment(
+        name="check-demo", description="d", seed_doc="t", run=_demo_run,
+        configs={"quick": _Files(), "paper": _Files()}, check=refuse,
+    )  # fmt: skip
+    assert exp.config("quick", {"label": "ok"}).label == "ok"
+    with pytest.raises(InvalidParameterError, match="label"):
+        exp.config("quick", {"label": "bad"})
+    with pytest.raises(InvalidParameterError, match="data_path"):
+        exp.config("quick", {"data_path": "gone.csv"})
+    with pytest.raises(InvalidParameterError, match="check must be callable"):
+        dataclasses.replace(exp, check="no")  # type: ignore[arg-type]
+
+
 def test_reserved_keys_and_unserializable_values_rejected(tmp_path: Path) -> None:
     def run_bad(cfg: DemoConfig, rng: np.random.Generator) -> Iterator[dict[str, Any]]:
         yield {"seed": 1}
