@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -135,7 +136,12 @@ def test_answer_never_overwrites_a_release_without_overwrite(
 
     calls: list[object] = []
     real_answer = lq.answer
-    monkeypatch.setattr(lq, "answer", lambda *a, **k: calls.append(a) or real_answer(*a, **k))
+
+    def counting_answer(*a: Any, **k: Any) -> Any:
+        calls.append(a)
+        return real_answer(*a, **k)
+
+    monkeypatch.setattr(lq, "answer", counting_answer)
     assert main([*argv, "--out", str(out)]) == 2  # refused: nothing computed, drawn or spent
     line = _one_error_line(capsys.readouterr().err)
     assert "exists" in line and "--overwrite" in line

@@ -250,7 +250,7 @@ def test_relative_out_dir_and_bad_arguments_write_nothing(
     monkeypatch.chdir(tmp_path)
     for kwargs in ({"scale": "huge"}, {"seeds": (1, 1)}, {"overrides": {"n_points": "x"}}):
         with pytest.raises(InvalidParameterError):
-            run_experiment(NAME, out_dir="runs/a", progress=False, **kwargs)  # type: ignore[arg-type]
+            run_experiment(NAME, out_dir="runs/a", progress=False, **kwargs)
     assert list(tmp_path.iterdir()) == []  # every argument is checked before the run folder exists
     # the plot returns out_dir / "demo.png"; with a relative out_dir that path must not be joined twice
     res = run_experiment(NAME, out_dir="runs/a", progress=False)
@@ -273,7 +273,7 @@ def test_check_paths_and_check_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     registry.check_paths(_Files(data_path="present.csv", out_dir=".", dataset="csv:present.csv"))
     for bad, field in (({"data_path": "gone.csv"}, "data_path"), ({"dataset": "csv:gone.csv"}, "dataset")):
         with pytest.raises(InvalidParameterError, match=f"--set {field}: gone.csv does not exist"):
-            registry.check_paths(_Files(**bad))  # type: ignore[arg-type]
+            registry.check_paths(_Files(**bad))
 
     def refuse(cfg: _Files) -> None:
         if cfg.label == "bad":

@@ -55,7 +55,7 @@ def _bash_lines() -> list[str]:
     return lines
 
 
-def test_readme_python_tour_runs(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_readme_python_tour_runs(capsys: pytest.CaptureFixture[str]) -> None:
     text = README.read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks, "README has no python block"

@@ -51,7 +51,7 @@ SLOW_AT_QUICK_SCALE: dict[str, float] = {
 
 
 def _params() -> list[object]:
-    out = []
+    out: list[object] = []
     for name in registry.names():
         marks = [pytest.mark.slow] if name in SLOW_AT_QUICK_SCALE else []
         out.append(pytest.param(name, marks=marks, id=name))
