@@ -108,6 +108,8 @@ class DataBounds:
             object.__setattr__(self, "label_bound", check_positive(self.label_bound, "label_bound"))
         if not isinstance(self.clip, bool):
             raise InvalidParameterError("clip: expected True or False")
+        if max(self.feature_norm or 0.0, self.label_bound or 0.0) > 1e100:  # squared in the constants
+            raise InvalidParameterError("feature_norm, label_bound: must be at most 1e100; rescale the data")
 
     @classmethod
     def from_dataset(cls, dataset: Any, *, clip: bool = False) -> DataBounds:

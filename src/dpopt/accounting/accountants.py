@@ -66,15 +66,25 @@ class InfoNote(str):
     """A ledger note that is information (e.g. which bound an accountant fell back to), not a warning."""
 
 
+#: Largest ε a :class:`Budget` accepts.  Far beyond any meaningful guarantee (e^ε overflows near
+#: 710); larger values only appear by mistake, and the calibrations' arithmetic overflows on them.
+MAX_EPSILON = 1e6
+
+
 @dataclass(frozen=True)
 class Budget:
-    """A privacy budget (ε, δ).  ε > 0 and finite; 0 <= δ < 1."""
+    """A privacy budget (ε, δ).  0 < ε <= 1e6 (:data:`MAX_EPSILON`); 0 <= δ < 1."""
 
     epsilon: float
     delta: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_positive(self.epsilon, "epsilon"))
+        if self.epsilon > MAX_EPSILON:
+            raise InvalidParameterError(
+                f"epsilon: must be at most {MAX_EPSILON:g} (larger values give no meaningful guarantee); "
+                "to run without privacy, switch the noise off where the method allows it"
+            )
         object.__setattr__(self, "delta", check_probability(self.delta, "delta"))
 
     def __str__(self) -> str:
@@ -726,7 +736,7 @@ class PldAccountant(Accountant):
 #: PLD accountant asks dp-accounting to discretise, and largest estimated support of the composed
 #: PLD (its FFT size).  Beyond them the discretisation is coarsened, then a fallback bound is used.
 #: The estimates are conservative by ~3x; the caps keep any one composition to a few seconds.
-PLD_MAX_POINTS = 1e5
+PLD_MAX_POINTS = 5e4
 PLD_MAX_SUPPORT = 5e6
 #: Largest total pessimistic rounding (number of composed releases x discretisation) the PLD
 #: accountant accepts when the exact Gaussian closed form or the RDP bound can be used instead.
@@ -915,15 +925,13 @@ class RdpAccountant(Accountant):
                     f"subsampled {type(inner).__name__} is not supported by the RDP accountant; use 'pld'"
                 )
             eps = amplified_epsilon(claim[0], event.rate)
-            return dp_accounting.ZCDpEvent(eps * eps / 2)
+            return _zcdp(eps)
         claim = _pure_or_claim(event)
         if claim is None or claim[1] > 0:
             raise UnsupportedEventError(
                 f"{type(event).__name__} with δ > 0 cannot be expressed in Rényi DP; use the 'pld' accountant"
             )
-        if math.isinf(claim[0]):
-            return dp_accounting.NonPrivateDpEvent()
-        return dp_accounting.ZCDpEvent(claim[0] ** 2 / 2)
+        return _zcdp(claim[0])
 
     def _extend(self, state: Any, event: PrivacyEvent, count: int) -> tuple[Any, list[str]]:
         dpa_event = self._to_dpa(event)
@@ -953,6 +961,12 @@ class RdpAccountant(Accountant):
         except (ArithmeticError, ValueError):
             return math.inf  # no finite bound computable: claim nothing
         return max(0.0, eps) if not math.isnan(eps) else math.inf
+
+
+def _zcdp(epsilon: float) -> Any:
+    """ε-DP as ε²/2-zCDP (Bun-Steinke 2016); no finite ρ (ε ≳ 1e154) is analysed as non-private."""
+    rho = epsilon * epsilon / 2
+    return dp_accounting.ZCDpEvent(rho) if math.isfinite(rho) else dp_accounting.NonPrivateDpEvent()
 
 
 AccountantKind = Literal["basic", "advanced", "rdp", "pld"]
