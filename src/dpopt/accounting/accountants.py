@@ -14,6 +14,7 @@ is wrapped here and not exposed to the rest of dpopt.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import warnings
 from abc import ABC, abstractmethod
@@ -712,6 +713,13 @@ class PldAccountant(Accountant):
             # ε-DP composes exactly by summation.
             return math.inf if pure is None else pure
         eps = max(0.0, float(pld.get_epsilon_for_delta(delta)))
+        if delta < PLD_MIN_DELTA:
+            # the PLD truncates ~1e-15 of tail mass into its infinity mass, so it cannot resolve such
+            # small δ: the exact Gaussian closed form or the RDP bound (both valid) may be far tighter
+            if all(_gaussian_multiplier_sq(e) is not None for e in st.events):
+                eps = min(eps, self._fallback_epsilon(dataclasses.replace(st, fallback="gaussian"), delta))
+            elif self._rdp_supports(st.events):
+                eps = min(eps, self._fallback_epsilon(dataclasses.replace(st, fallback="rdp"), delta))
         return min(eps, pure) if pure is not None else eps
 
     def _fallback_epsilon(self, st: _PldState, delta: float) -> float:
@@ -741,6 +749,9 @@ PLD_MAX_SUPPORT = 5e6
 #: Largest total pessimistic rounding (number of composed releases x discretisation) the PLD
 #: accountant accepts when the exact Gaussian closed form or the RDP bound can be used instead.
 PLD_MAX_ROUNDING = 10.0
+#: Below this δ the PLD accountant also evaluates the exact Gaussian closed form or the RDP bound
+#: (when they apply) and reports the smaller ε: the PLD's tail truncation cannot resolve such δ.
+PLD_MIN_DELTA = 1e-12
 #: Coarsest discretisation interval the PLD accountant coarsens to before falling back to the exact
 #: Gaussian closed form, the Rényi-DP bound or basic composition (each still an upper bound).
 PLD_MAX_DISCRETIZATION = 0.02
