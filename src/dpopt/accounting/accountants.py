@@ -275,6 +275,7 @@ class Accountant(ABC):
         new = copy.copy(self)
         new._ledger, new._notes, new._state = [], [], self._empty_state()
         new.__dict__.pop("_verify_cache", None)  # cached verification belongs to the old ledger
+        new.__dict__.pop("_rdp_cache", None)
         return new
 
     def _delta_or_budget(self, delta: float | None) -> float:
@@ -663,23 +664,33 @@ class PldAccountant(Accountant):
             return "pld", vdi, why
         if gaussian_only:
             return "gaussian", vdi, why
-        rdp = self._rdp_supports(events)
-        if rounding and load <= 1 and rdp:
-            return "rdp", vdi, why
+        coarse = math.inf
         if math.isfinite(load):
             coarse = max(vdi, self.discretization * 2.0 ** math.ceil(math.log2(max(load, 1.0))))
-            if coarse <= PLD_MAX_DISCRETIZATION:
-                return "pld", coarse, why
-        return ("rdp" if rdp else "pure"), vdi, why
+        usable = coarse <= PLD_MAX_DISCRETIZATION
+        if usable and n_releases * coarse <= PLD_MAX_ROUNDING:
+            return "pld", coarse, why
+        if self._rdp_supports(events):
+            return "rdp", vdi, why
+        if usable:  # valid, if loose: nothing better applies
+            return "pld", coarse, why
+        return "pure", vdi, why
+
+    def _rdp_state(self, events: tuple[PrivacyEvent, ...]) -> Any:
+        """The RDP ledger of ``events`` (None if RDP cannot analyse them); the last one is cached."""
+        cached = self.__dict__.get("_rdp_cache")
+        if cached is not None and cached[0] == events:
+            return cached[1]
+        rdp = RdpAccountant(neighbouring=self.neighbouring)
+        try:
+            state: Any = rdp._extend(rdp._empty_state(), ComposedEvent(events), 1)[0]
+        except UnsupportedEventError:
+            state = None
+        self._rdp_cache = (events, state)
+        return state
 
     def _rdp_supports(self, events: tuple[PrivacyEvent, ...]) -> bool:
-        try:
-            RdpAccountant(neighbouring=self.neighbouring)._extend(
-                RdpAccountant(neighbouring=self.neighbouring)._empty_state(), ComposedEvent(events), 1
-            )
-        except UnsupportedEventError:
-            return False
-        return True
+        return self._rdp_state(events) is not None
 
     def _check_fallback(
         self, fallback: str, events: tuple[PrivacyEvent, ...], pure: float | None, points: str = ""
@@ -732,9 +743,7 @@ class PldAccountant(Accountant):
                 return 0.0
             eps = _gaussian_epsilon_exact(1.0 / math.sqrt(total), delta)
         elif st.fallback == "rdp":
-            rdp = RdpAccountant(neighbouring=self.neighbouring)
-            state, _ = rdp._extend(rdp._empty_state(), ComposedEvent(st.events), 1)
-            eps = rdp._epsilon(state, delta)
+            eps = RdpAccountant(neighbouring=self.neighbouring)._epsilon(self._rdp_state(st.events), delta)
         else:
             eps = math.inf
         return min(eps, pure)
