@@ -100,7 +100,7 @@ def check_call(
             fh.write(json.dumps({"start": where}) + "\n")
     # Backstop for a call that holds the GIL (a long C loop the watchdog thread cannot interrupt):
     # dump every thread's stack and end the process rather than hang the test run.
-    faulthandler.dump_traceback_later(4 * CALL_LIMIT, exit=True, file=sys.__stderr__)
+    faulthandler.dump_traceback_later(4 * CALL_LIMIT, exit=True, file=sys.__stderr__ or sys.stderr)
     try:
         status, value, elapsed = _watch(fn)
     finally:
