@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -315,3 +317,84 @@ def test_verification_cache_follows_the_ledger() -> None:
     assert other.spent(1e-5).verified_epsilon == pytest.approx(1.0, abs=1e-3)
     acct.compose(gaussian_event(0.5, 1e-6))
     assert acct.spent(1e-5).verified_epsilon > first
+
+
+# ------------------------------------------------------------------ bounded PLD (issue 11 §6)
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    import time
+
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def test_pld_huge_gaussian_ledger_uses_the_exact_closed_form_fast() -> None:
+    """σ/Δ far below 1 (ε in the hundreds) or 10**12 releases: closed form, exact, in well under a second."""
+    import dp_accounting
+
+    from dpopt.accounting.accountants import InfoNote
+
+    acct = make_accountant("pld")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the fallback is recorded as information, not warned
+        _, dt = _timed(lambda: acct.compose(RepeatedEvent(GaussianEvent(0.05), 10)))
+    exact = dp_accounting.get_epsilon_gaussian(0.05 / math.sqrt(10), 1e-6)
+    assert acct.epsilon(1e-6) == pytest.approx(exact, rel=1e-9)
+    assert dt < 1.0
+    assert any(isinstance(n, InfoNote) and "closed form" in n for n in acct.spent(1e-6).notes)
+    many = make_accountant("pld").would_spend(RepeatedEvent(GaussianEvent(1e6), 10**12), delta=1e-5)
+    assert many == pytest.approx(dp_accounting.get_epsilon_gaussian(1e6 / 1e6, 1e-5), rel=1e-9)
+
+
+def test_pld_poisson_gaussian_with_tiny_sigma_falls_back_to_rdp_soundly() -> None:
+    """The issue's 575 GiB case: Poisson-sampled Gaussian with σ = 0.001 -> the RDP bound, quickly."""
+    event = PoissonSampledEvent(GaussianEvent(0.001), 0.01)
+    pld_eps, dt = _timed(lambda: make_accountant("pld").would_spend(event, delta=1e-5))
+    rdp_eps = make_accountant("rdp").would_spend(event, delta=1e-5)
+    assert dt < 2.0
+    assert pld_eps == pytest.approx(rdp_eps, rel=1e-9)  # the fallback is the (valid) RDP figure
+    # ... which is an upper bound: ε of one unsampled release at the same σ is a lower bound here
+    assert pld_eps >= math.log(0.01) + 0.5 / 0.001**2 * 0.9
+
+
+def test_pld_many_releases_and_tiny_delta_stay_sound() -> None:
+    """Coarsening or switching bound never reports less than a tight reference, nor more than basic."""
+    lap = RepeatedEvent(LaplaceEvent(1e3), 10**9)  # 10**9 releases: rounding would dominate -> RDP
+    pld = make_accountant("pld").would_spend(lap, delta=1e-6)
+    assert pld <= 10**9 / 1e3  # basic composition
+    assert pld == pytest.approx(make_accountant("rdp").would_spend(lap, delta=1e-6), rel=1e-9)
+    # δ beyond the PLD's tail truncation: the exact closed form answers instead of ∞
+    g = GaussianEvent(3.0)
+    assert make_accountant("pld").would_spend(g, delta=1e-100) == pytest.approx(
+        gaussian_epsilon(3.0, 1e-100), rel=1e-9
+    )
+
+
+def test_gaussian_then_laplace_after_a_closed_form_fallback() -> None:
+    seq = make_accountant("pld")
+    seq.compose(GaussianEvent(0.1))  # closed form
+    seq.compose(LaplaceEvent(3.0))  # no longer all-Gaussian: a (coarsened) PLD of both
+    comp = make_accountant("pld")
+    comp.compose(ComposedEvent((GaussianEvent(0.1), LaplaceEvent(3.0))))
+    assert seq.epsilon(DELTA) == pytest.approx(comp.epsilon(DELTA), rel=1e-9)
+    assert seq.epsilon(DELTA) >= make_accountant("pld").would_spend(GaussianEvent(0.1), delta=DELTA)
+
+
+def test_extreme_parameters_refuse_or_answer_fast() -> None:
+    from dpopt.linear_queries import answer, workloads
+    from dpopt.mechanisms import GaussianMechanism
+
+    out, dt = _timed(
+        lambda: answer(workloads.identity(3), [1, 2, 3], budget=Budget(5000, 3.96e-211), strategy="gm", rng=0)
+    )
+    assert dt < 2.0 and out.privacy.epsilon <= 5000 * (1 + 1e-9)  # the budget check's tolerance
+    with pytest.raises(InvalidParameterError, match="under- or overflows"):
+        calibrate_noise(Budget(1e-300, 5e-4), family="laplace", steps=10**12, accountant="paper")
+    with pytest.raises(InvalidParameterError, match="neighbouring"):
+        calibrate_noise(Budget(1.0, 5e-4), family="laplace", neighbouring="junk")  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="accountant: unknown kind"):
+        calibrate_noise(Budget(1.0, 5e-4), family="laplace", accountant="junk")
+    with pytest.raises(InvalidParameterError, match="epsilon: must be at most"):
+        GaussianMechanism.calibrate(Budget(1e300, 0.0359), 1e300)
+    with pytest.raises(InvalidParameterError, match="σ"):
+        GaussianMechanism.calibrate(Budget(1e-3, 1e-5), 1e308)  # σ overflows

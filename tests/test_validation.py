@@ -113,3 +113,58 @@ def test_errors_share_a_base_class() -> None:
         make_accountant("pld").compose(LaplaceEvent(1.0), 0)
     with pytest.raises(InvalidParameterError, match="event"):
         make_accountant("pld").compose("laplace")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ the one checked conversion
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        ([1.0, "SECRET42", 3.0], "entry 1"),
+        ([[1.0, 2.0], [3.0, "SECRET42"]], "row 1, column 1"),
+        ([[1.0, 2.0], [3.0]], "row 1 has 1 entries"),
+        ("SECRET42", "is a string"),
+        ({"a": "SECRET42"}, "is a dict"),
+        ([1.0, complex(2, 1)], "entry 1 is a complex number"),
+        ([[1.0, math.nan]], "row 0, column 1 is the first"),
+    ],
+)
+def test_as_float_array_names_the_cell_never_the_value(value: object, where: str) -> None:
+    from dpopt._validation import as_float_array
+
+    with pytest.raises(InvalidParameterError) as info:
+        as_float_array(value, "histogram")
+    msg = str(info.value)
+    assert msg.startswith("histogram: ") and where in msg
+    assert "SECRET42" not in msg and "nan" not in msg.lower().replace("nan or", "")
+
+
+def test_as_float_array_checks_ndim_and_accepts_numbers() -> None:
+    from dpopt._validation import as_float_array
+
+    assert as_float_array([1, 2], "x", ndim=1).dtype == np.float64
+    assert as_float_array([[1, 2]], "x", ndim=(1, 2)).shape == (1, 2)
+    with pytest.raises(InvalidParameterError, match="expected a 1-d array, got shape"):
+        as_float_array([[1.0]], "x", ndim=1)
+
+
+def test_parse_numeric_table_reports_line_and_column() -> None:
+    from dpopt._validation import parse_numeric_table
+
+    assert parse_numeric_table("1,2\n# note\n3,4\n", "f", delimiter=",").tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(InvalidParameterError, match=r"f: line 3, column 2 is not a number") as info:
+        parse_numeric_table("1 2\n\n3 SECRET42\n", "f")
+    assert "SECRET42" not in str(info.value)
+    with pytest.raises(InvalidParameterError, match="line 2 has 1 fields but line 1 has 2"):
+        parse_numeric_table("1,2\n3\n", "f", delimiter=",")
+    with pytest.raises(InvalidParameterError, match="line 1, column 2 is empty"):
+        parse_numeric_table("1,,2\n", "f", delimiter=",")
+    with pytest.raises(InvalidParameterError, match="contains no numbers"):
+        parse_numeric_table("# only a comment\n", "f")
+
+
+def test_check_memory_refuses_with_the_estimate() -> None:
+    from dpopt._validation import check_memory
+
+    check_memory(1024, "a small table", fix="n/a")
+    with pytest.raises(InvalidParameterError, match=r"max_iter=10\*\*12: the history would need ~7.28 TiB"):
+        check_memory(8 * 10**12, "max_iter=10**12: the history", fix="use fewer rounds")
