@@ -244,7 +244,9 @@ def certified_minimize(
             best[:] = [(point, g, dist)]
         return g <= tol
 
-    x, its, _, ok = fista(fun, grad_fn, proj, x0, smoothness, tol=tol, max_iterations=max_iterations, stop=stop)
+    x, its, _, ok = fista(
+        fun, grad_fn, proj, x0, smoothness, tol=tol, max_iterations=max_iterations, stop=stop
+    )
     if not best:  # pragma: no cover - fista evaluates the test at least once
         point, g, dist = certify_point(x, grad_fn(x), project, smoothness, strong_convexity)
         best = [(point, g, dist)]
@@ -478,9 +480,7 @@ def private_objective_perturbation(
             )
             event = ComposedEvent((objective, output))
         else:
-            true_eps = replace_one_epsilon(
-                sigma, mu, lipschitz=L2, hessian=hess, n=n, delta=op_share.delta
-            )
+            true_eps = replace_one_epsilon(sigma, mu, lipschitz=L2, hessian=hess, n=n, delta=op_share.delta)
             truth = EpsilonDeltaEvent(
                 max(true_eps, op_share.epsilon), op_share.delta, rule="replace-one-analysis"
             )
