@@ -61,7 +61,7 @@ import numpy as np
 import scipy.linalg as sla
 from numpy.typing import ArrayLike, NDArray
 
-from dpopt._validation import check_int, check_nonneg, check_positive
+from dpopt._validation import as_float_array, check_int, check_nonneg, check_positive
 from dpopt.exceptions import ConvergenceWarning, InvalidParameterError
 from dpopt.linear_queries.workloads import Kronecker, Marginals, Workload
 
@@ -254,22 +254,76 @@ def _psd_eigh(V: FloatArray) -> tuple[FloatArray, FloatArray]:
     return np.clip(w, 0.0, None), Q
 
 
+_EPS = float(np.finfo(np.float64).eps)
+
+
+def _round_down(x: float, ops: int) -> float:
+    """``x >= 0`` lowered by ``ops`` relative roundings (and one more for this product): a float <= the
+    exact value of a quantity computed from exact inputs in ``ops`` correctly rounded operations."""
+    return x * (1.0 - 2.0 * (ops + 1) * _EPS) if x > 0 else x
+
+
+def _eig_null_threshold(B: FloatArray) -> float:
+    """Rigorous bound on the eigenvalue error of ``eigh`` on ``B`` (n x n, entries rounded once).
+
+    LAPACK's symmetric eigensolvers are backward stable: the computed eigenvalues are the exact
+    eigenvalues of ``B + E`` with ``‖E‖₂ <= p(n)·eps·‖B‖₂`` (LAPACK Users' Guide §4.7, ``p(n)`` a
+    modest function of n, taken here as n), and by Weyl's inequality every computed eigenvalue is
+    within ``‖E‖₂`` of the true one.  Adding ``2 eps ‖B‖_F`` for the rounding of ``B``'s entries and
+    bounding ``‖B‖₂ <= ‖B‖_F`` (itself rounded up) gives ``τ = 2 (n + 2) eps ‖B‖_F``.
+    """
+    n = B.shape[0]
+    norm_f = float(np.linalg.norm(B)) * (1.0 + (n * n + 2) * _EPS)
+    return 2.0 * (n + 2) * _EPS * norm_f
+
+
+def _sqrt_trace_lower(lam: FloatArray, tau: float) -> float:
+    """Rigorous lower bound on ``Σ sqrt(λ_i)`` from computed eigenvalues ``lam`` with error <= ``tau``.
+
+    Every true eigenvalue is >= ``max(λ̂_i - τ, 0)`` (and >= 0 for a PSD matrix); ``sqrt`` is
+    monotone, so the sum of the square roots of these floors is a lower bound.  Null eigenvalues
+    below ``τ`` (rounding noise, which clipping at 0 would turn into ``sqrt(noise)`` terms and an
+    inflated bound) count as zero.  The subtraction, square roots and the (``math.fsum``, correctly
+    rounded) sum are rounded down afterwards.
+    """
+    floors = np.sqrt(np.clip(np.asarray(lam, dtype=np.float64) - tau, 0.0, None))
+    return _round_down(math.fsum(floors.tolist()), 3)
+
+
+def _certified_bound(B: FloatArray, denominator: float) -> float:
+    """``(Σ sqrt λ_i(B))² / denominator`` rounded down, with the null-eigenvalue threshold of ``B``."""
+    lam = sla.eigh(B, eigvals_only=True, driver="evd")
+    root = _sqrt_trace_lower(lam, _eig_null_threshold(B))
+    return _round_down(root * root / denominator, 2)
+
+
 def svd_lower_bound(V: ArrayLike) -> float:
-    """``tr(V^½)²/n = ‖W‖_*²/n``: no strategy with unit column norms does better (Lemma 4)."""
+    """``tr(V^½)²/n = ‖W‖_*²/n``: no strategy with unit column norms does better (Lemma 4).
+
+    Certified in floating point: eigenvalues of ``V`` within the solver's error bound of zero
+    count as zero and the rest are lowered by that bound (:func:`_sqrt_trace_lower`), so the
+    result is <= the exact value for the Gram matrix ``V`` as given.
+    """
     Va = np.asarray(V, dtype=np.float64)
-    w, _ = _psd_eigh(_sym(Va))
-    return float(np.sqrt(w).sum() ** 2 / Va.shape[0])
+    return _certified_bound(_sym(Va), float(Va.shape[0]))
 
 
 def dual_lower_bound(V: ArrayLike, y: ArrayLike) -> float:
-    """Certified lower bound ``tr((Y^½ V Y^½)^½)² / Σy`` for any ``y >= 0`` (not all zero)."""
+    """Certified lower bound ``tr((Y^½ V Y^½)^½)² / Σy`` for any ``y >= 0`` (not all zero).
+
+    Rigorous in floating point as :func:`svd_lower_bound` (null-eigenvalue threshold, rounding
+    down; ``Σy`` is summed with ``math.fsum`` and rounded up).
+    """
     Va = np.asarray(V, dtype=np.float64)
     ya = np.clip(np.asarray(y, dtype=np.float64), 0.0, None)
     if ya.shape != (Va.shape[0],) or not np.all(np.isfinite(ya)) or ya.sum() <= 0:
         raise InvalidParameterError("y: expected a finite non-negative vector of length n, not all zero")
     s = np.sqrt(ya)
-    w, _ = _psd_eigh(_sym(s[:, None] * Va * s[None, :]))
-    return float(np.sqrt(w).sum() ** 2 / ya.sum())
+    # The bound holds for every dual point, in particular for ŷ = s² (the exact squares of the
+    # rounded square roots, ŷ_i <= y_i (1 + eps)²), so Σŷ is bounded above; the entries of
+    # s_i V_ij s_j carry two roundings each, covered by the threshold's 2 eps ‖B‖_F term.
+    ysum = math.fsum(ya.tolist()) * (1.0 + 4.0 * _EPS)
+    return _certified_bound(_sym(s[:, None] * Va * s[None, :]), ysum)
 
 
 def strategy_error(A: ArrayLike, V: ArrayLike, *, rcond: float = 1e-10) -> tuple[float, float]:
@@ -498,7 +552,7 @@ def _solve_dual(
     callback: _IterateCallback | None,
     w: FloatArray,
     Q: FloatArray,
-) -> tuple[FloatArray, float, float, str, int, list[dict[str, Any]]]:
+) -> tuple[FloatArray, float, float, str, int, list[dict[str, Any]], FloatArray]:
     n = V.shape[0]
     rank = int(np.sum(w > w.max() * n * np.finfo(float).eps))
     ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n)
@@ -506,6 +560,7 @@ def _solve_dual(
     best_lb, best_ub = -math.inf, math.inf
     best: tuple[FloatArray, str] | None = None
     best_A: FloatArray | None = None
+    best_y = np.ones(n)
     us: list[FloatArray] = []
     fs: list[FloatArray] = []
     history: list[dict[str, Any]] = []
@@ -519,7 +574,8 @@ def _solve_dual(
         lb = trM**2 / y.sum()
         ub_uniform = trM * float(d.max())
         ub_norm = ev.normalized_objective(d)
-        best_lb = max(best_lb, lb)
+        if lb > best_lb:  # the fast bound steers the iteration; the certificate is recomputed at best_y
+            best_lb, best_y = lb, y
         improved = False
         if ub_uniform < best_ub:
             best_ub, best, improved = ub_uniform, (y, "uniform"), True
@@ -578,7 +634,7 @@ def _solve_dual(
         # rescaled strategy keeps the workload in its row space to working precision
         u = np.maximum(step, float(step.max()) - _LOG_Y_RANGE)
     assert best_A is not None
-    return best_A, best_ub, best_lb, status, k, history
+    return best_A, best_ub, best_lb, status, k, history, best_y
 
 
 # ============================================================================== primal Newton
@@ -901,8 +957,10 @@ def _optimize(
     w0: float,
 ) -> StrategyResult:
     n = V.shape[0]
-    w, Q = _psd_eigh(V)
-    svd_bound = float(np.sqrt(w).sum() ** 2 / n)
+    lam, Q = sla.eigh(V, driver="evd")
+    w = np.clip(lam, 0.0, None)
+    # certified: eigenvalues within eigh's error bound of 0 count as 0, the rest are lowered by it
+    svd_bound = _round_down(_sqrt_trace_lower(lam, _eig_null_threshold(V)) ** 2 / n, 2)
     history: list[dict[str, Any]] = []
     run_params: dict[str, Any] = {"tol": tol}
     user_callback = callback
@@ -914,7 +972,7 @@ def _optimize(
     inner = None if user_callback is None else with_iterate
     if method == "dual":
         iters = 500 if max_iter is None else check_int(max_iter, "max_iter")
-        A_s, obj, dual_lb, status, n_iter, history = _solve_dual(
+        A_s, obj, _, status, n_iter, history, best_y = _solve_dual(
             V,
             tol=tol,
             max_iter=iters,
@@ -926,6 +984,7 @@ def _optimize(
             Q=Q,
         )
         run_params.update(max_iter=iters, anderson_memory=anderson_memory)
+        dual_lb = dual_lower_bound(V, best_y)  # the certificate, rigorous in floating point
     else:
         if max_iter is not None:
             params = dataclasses.replace(params, max_iter=check_int(max_iter, "max_iter"))
@@ -1009,6 +1068,11 @@ def _optimize(
         run_params["re_evaluated"] = False
     objective = exact if math.isfinite(exact) else obj
     lower = max(dual_lb, svd_bound)
+    if lower > objective:
+        # Both bounds are rigorous for V, so this can only come from rounding in the objective
+        # (or a bug): lower the bound rather than report a negative gap, and say so.
+        run_params["lower_bound_lowered_by"] = float((lower - objective) / objective)
+        lower = objective
     gap = (objective - lower) / lower if lower > 0 else math.inf
     if status == "converged" and gap > tol * (1 + 1e-6) + 1e-12:
         status = "max_iter" if method == "dual" else status
@@ -1064,7 +1128,7 @@ def _optimize_kronecker(
     tol_i = (1.0 + tol) ** (1.0 / d) - 1.0
     parts = [optimize_strategy(f, method=method, tol=tol_i, warn=False, **options) for f in wl.factors]
     objective = float(np.prod([p.objective for p in parts]))
-    lower = float(np.prod([p.lower_bound for p in parts]))
+    lower = _round_down(float(np.prod([p.lower_bound for p in parts])), d)  # products round too
     gap = objective / lower - 1.0 if lower > 0 else math.inf
     statuses = {p.status for p in parts}
     status = "converged" if statuses == {"converged"} else sorted(statuses - {"converged"})[0]
@@ -1169,7 +1233,7 @@ def evaluate_strategy(
     from the best possible one.
     """
     wl = _check_workload(workload)
-    A = np.array(strategy, dtype=np.float64)
+    A = np.array(as_float_array(strategy, "strategy", finite=False))
     if A.ndim != 2 or A.shape[1] != wl.domain_size:
         raise InvalidParameterError(
             f"strategy: expected a matrix with {wl.domain_size} columns (the domain size), got shape {A.shape}"
