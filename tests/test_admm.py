@@ -114,8 +114,26 @@ def test_inexact_local_solve_stops_the_run() -> None:
     alg = PrivateADMM(
         ring(4), method="pp", noise_rate=3.0, n_rounds=2, loss_weight=10.0, local_tol=1e-30, local_max_iter=1
     )
-    with pytest.raises(LocalSolveError, match="exact local solves"):
+    with pytest.raises(LocalSolveError, match="exact local solves") as info:
         alg.run(_data(), rng=0)
+    # names the public tolerance and cap, never the achieved (data-dependent) gradient norm
+    assert "local_tol=1e-30" in str(info.value) and "local_max_iter=1 " in str(info.value)
+    assert "gradient norm 0" not in str(info.value) and "e+" not in str(info.value)
+
+
+def test_privacy_notes_say_the_bound_assumes_exact_local_solves() -> None:
+    data = _data()
+    alg = PrivateADMM(ring(4), method="pp", noise_rate=3.0, n_rounds=2, loss_weight=10.0)
+    res = alg.run(data, rng=0)
+    note = [s for s in res.privacy.notes if "exact local minimisers" in s]
+    assert len(note) == 1 and "local_tol=1e-10" in note[0] and "heuristic" not in note[0]
+    assert float(res.nonprivate_history["local_rel_grad_norm"].max()) <= 1e-10
+    loose = PrivateADMM(
+        ring(4), method="primal", noise_rate=3.0, n_rounds=2, loss_weight=10.0, local_tol=1e-4
+    )
+    with pytest.warns(PrivacyClaimWarning, match="heuristic"):
+        res2 = loose.run(data, rng=0)
+    assert any("heuristic" in s and "primal-perturbation" in s for s in res2.privacy.notes)
 
 
 def test_inlined_sampler_equals_mechanisms_sampler() -> None:

@@ -32,7 +32,9 @@ PURPOSE_NOISE = 1
 class LocalSolveError(DPOptError, RuntimeError):
     """A node's local subproblem was not solved to the requested tolerance.
 
-    The privacy bound of penalty/dual perturbation assumes exact local minimisers, so the run stops.
+    The privacy bound of penalty/dual/primal perturbation assumes exact local minimisers, so the run
+    stops and releases nothing more.  The message names the node, the round and the public
+    tolerance, never the achieved (data-dependent) gradient norm.
     """
 
 
@@ -241,9 +243,10 @@ class ADMMShard:
             )
             if not gn <= spec.tol * scale:
                 raise LocalSolveError(
-                    f"node {node}, round {t + 1}: Newton stopped after {spec.max_iter} iterations with "
-                    f"relative gradient norm {gn / scale:.2e} > tol={spec.tol:g}; raise local_max_iter or "
-                    "loosen local_tol (the privacy bound assumes exact local solves)"
+                    f"node {node}, round {t + 1}: Newton did not reach the relative gradient norm "
+                    f"local_tol={spec.tol:g} within local_max_iter={spec.max_iter} iterations, so the run stops "
+                    "and releases nothing more (the privacy bound assumes exact local solves); raise "
+                    "local_max_iter"
                 )
             if spec.perturbation == "primal" and noise is not None:
                 f = f + noise

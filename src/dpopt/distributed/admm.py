@@ -51,6 +51,7 @@ from dpopt.distributed._admm_node import LocalSolveError, ShardSpec, logistic_ne
 from dpopt.distributed.admm_privacy import (
     LOGISTIC_C1,
     calibrate_noise_rate,
+    exact_solve_note,
     pp_privacy_bound,
     pp_privacy_bound_geometric,
     primal_privacy_bound,
@@ -334,7 +335,9 @@ class PrivateADMM:
     penalties, θ and noise rates fixed before the run (``"primal"`` needs only the row-norm and label
     assumptions, the loss-derivative bound and exact solves).  Exactness (A3): the bound assumes exact local
     minimisers; every local solve is run to ``local_tol`` (relative) and the achieved gradient norms
-    are reported in ``nonprivate_history``; a solve that misses the tolerance stops the run.
+    are reported in ``nonprivate_history``; a solve that misses the tolerance stops the run.  The
+    reported ε is the exact-solve bound (the residual is not accounted for; ``privacy.notes`` says
+    so, and ``local_tol`` above 1e-8 warns that the bound is then only heuristic).
 
     *Private η is not part of the guarantee* (A2): the bound holds even if the penalties are public;
     the paper's argument that secret penalties make inference impossible is informal and dpopt
@@ -563,6 +566,9 @@ class PrivateADMM:
                 warnings.warn(msg + "; the reported ε is inf", PrivacyClaimWarning, stacklevel=2)
                 notes.append(msg)
                 claim_holds = False
+            solve_note, loose = exact_solve_note(self.local_tol, self.method)  # spec §7.2 A3
+            if loose:
+                warnings.warn(solve_note, PrivacyClaimWarning, stacklevel=2)
         elif np.any(self._theta > self._penalty):
             warnings.warn(
                 "θ_i(r) > η_i(r) for some node and round: outside M-ADMM's convergence theorem",
@@ -668,6 +674,7 @@ class PrivateADMM:
             notes.append(
                 "covers all broadcast primals f_i(t); diagnostics (losses, gradient norms) are not private"
             )
+            notes.append(solve_note)
             eps = float(node_priv.max()) if claim_holds else math.inf
         else:
             notes.append("no noise was added: the output is not private")
