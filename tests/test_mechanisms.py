@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -18,6 +20,7 @@ from dpopt.mechanisms import (
     l2_laplace_noise,
     laplace_noise,
 )
+from dpopt.randomness import SecureRNG
 
 P_MIN = 1e-3  # KS p-value threshold: with fixed seeds, a correct sampler passes deterministically
 
@@ -130,3 +133,107 @@ def test_mechanism_validation() -> None:
         ReportNoisyMin(1.0).release([], rng=0)
     with pytest.raises(InvalidParameterError, match="budget"):
         GaussianMechanism.calibrate(1.0)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ rng="secure" (issue 12 §3)
+class _NoFloatSampler:
+    """Stands in for the secure generator's numpy Generator: any use fails the test."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"secure path used the floating-point generator ({name})")
+
+
+def _poisoned_secure(seed: int) -> SecureRNG:
+    g = SecureRNG(randbelow=random.Random(seed).randrange)  # reproducible, not secure: tests only
+    g.generator = _NoFloatSampler()  # type: ignore[assignment]
+    return g
+
+
+@pytest.fixture
+def no_float_samplers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Module-level float samplers (random.*, numpy.random.*) raise if called."""
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("secure path called a floating-point sampler")
+
+    for name in ("random", "uniform", "gauss", "normalvariate", "expovariate", "gammavariate", "choice"):
+        monkeypatch.setattr(random, name, boom)
+    for name in ("random", "normal", "laplace", "exponential", "gamma", "gumbel", "standard_normal",
+                 "standard_exponential", "standard_gamma", "uniform", "choice"):  # fmt: skip
+        monkeypatch.setattr(np.random, name, boom)
+
+
+def test_secure_path_never_calls_a_float_sampler(no_float_samplers: None) -> None:
+    acct = make_accountant("rdp")
+    g = _poisoned_secure(10)
+    x = LaplaceMechanism(1.0).release(np.arange(5.0), rng=g, accountant=acct)
+    y = GaussianMechanism(1.0).release(np.arange(5.0), rng=g, accountant=acct)
+    assert x.shape == y.shape == (5,) and np.all(np.isfinite(x)) and np.all(np.isfinite(y))
+    assert laplace_noise(1.0, 3, rng=g).shape == gaussian_noise(1.0, 3, rng=g).shape == (3,)
+    scores = [3.0, 0.1, 2.0, 0.1 + 1e-9]
+    for mech in (ReportNoisyMin(1.0), ReportNoisyMin(1.0, monotone=True, maximize=True)):
+        assert 0 <= mech.release(scores, rng=g, accountant=acct) < 4
+    for em in (ExponentialMechanism(1.0), ExponentialMechanism(2.0, sensitivity=0.3, monotone=True)):
+        assert 0 <= em.release(scores, rng=g, accountant=acct) < 4
+    assert len(acct.ledger) == 6  # every release composed its (unchanged) event
+    # the l2-Laplace mechanism has no exact sampler: refused, and nothing is composed
+    with pytest.raises(InvalidParameterError, match=r"secure.*GaussianMechanism"):
+        L2LaplaceMechanism(1.0).release(np.zeros(3), rng=g, accountant=acct)
+    with pytest.raises(InvalidParameterError, match="secure"):
+        L2LaplaceMechanism(1.0).release(np.zeros(3), rng="secure", accountant=acct)
+    with pytest.raises(InvalidParameterError, match="secure"):
+        l2_laplace_noise(1.0, 3, rng="secure")
+    assert len(acct.ledger) == 6
+
+
+def test_secure_string_rng_uses_the_exact_samplers(
+    no_float_samplers: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rng="secure" builds a SecureRNG; its numpy generator must stay unused
+    source = random.Random(11)
+
+    def init(self: SecureRNG, randbelow: object = None) -> None:
+        self.generator = _NoFloatSampler()  # type: ignore[assignment]
+        self.randbelow = source.randrange
+
+    monkeypatch.setattr(SecureRNG, "__init__", init)
+    assert 0 <= ExponentialMechanism(1.0).release([0.0, 1.0], rng="secure") < 2
+    assert 0 <= ReportNoisyMin(1.0).release([0.0, 1.0], rng="secure") < 2
+    assert np.isfinite(LaplaceMechanism(1.0).release(0.5, rng="secure"))
+
+
+def test_secure_exponential_mechanism_frequencies() -> None:
+    # utilities on the grid (Δ = 1: grid 2^-10, Δ_g = Δ): the law is exactly the exponential mechanism
+    mech = ExponentialMechanism.calibrate(1.0, sensitivity=1.0)
+    u = np.array([0.0, 1.0, 3.0, 2.5])
+    g = _poisoned_secure(12)
+    picks = np.array([mech.release(u, rng=g) for _ in range(6_000)])
+    counts = np.bincount(picks, minlength=4)
+    assert stats.chisquare(counts, mech.probabilities(u) * len(picks)).pvalue > P_MIN
+    # power: the law of a planted bug (sensitivity understated by half, i.e. ε doubled) is rejected
+    planted = ExponentialMechanism(2.0, sensitivity=1.0).probabilities(u)
+    assert stats.chisquare(counts, planted * len(picks)).pvalue < P_MIN
+    # off-grid utilities and sensitivity: snapping keeps the law within the grid's slack
+    mech2 = ExponentialMechanism(1.0, sensitivity=0.7)
+    u2 = np.array([0.1234567, 1.0, 0.5])
+    picks2 = np.array([mech2.release(u2, rng=g) for _ in range(6_000)])
+    counts2 = np.bincount(picks2, minlength=3)
+    assert stats.chisquare(counts2, mech2.probabilities(u2) * len(picks2)).pvalue > P_MIN
+
+
+def test_secure_report_noisy_min_probabilities() -> None:
+    mech = ReportNoisyMin.calibrate(1.0, sensitivity=1.0)  # b = 2
+    g = _poisoned_secure(13)
+    picks = np.array([mech.release([0.0, 1.0], rng=g) for _ in range(6_000)])
+    t = 1.0 / mech.scale
+    p0 = 1 - 0.5 * np.exp(-t) * (1 + t / 2)  # continuous law; the 2^-10 grid moves it by < 1e-3
+    tol = 4 * np.sqrt(p0 * (1 - p0) / len(picks)) + 1e-3
+    assert abs(np.mean(picks == 0) - p0) < tol
+    # power: the pick rate of a planted bug (noise scale halved, ε doubled) is refuted by the sample
+    t_bad = 2 * t
+    assert abs(np.mean(picks == 0) - (1 - 0.5 * np.exp(-t_bad) * (1 + t_bad / 2))) > tol
+    # maximize, and ties are broken uniformly (equal scores: each wins half the time)
+    picks_max = [ReportNoisyMin(1.0, maximize=True).release([0.0, 100.0], rng=g) for _ in range(50)]
+    assert set(picks_max) == {1}
+    ties = np.array([ReportNoisyMin(1e-3).release([5.0, 5.0], rng=g) for _ in range(2000)])
+    assert abs(ties.mean() - 0.5) < 4 * np.sqrt(0.25 / len(ties))

@@ -92,6 +92,7 @@ __all__ = [
     "discrete_gaussian_variance",
     "discrete_laplace_variance",
     "grid_sensitivity",
+    "power_of_two_grid",
     "secure_gaussian",
     "secure_laplace",
     "snap_to_grid",
@@ -221,6 +222,29 @@ class ExactSampler:
         v = _as_fraction(sigma2, "sigma2")
         return self._discrete_gaussian(v.numerator, v.denominator)
 
+    def exp_weights_index(self, numerators: list[int], denominator: int) -> int:
+        """Index ``i`` drawn with probability ``∝ exp(-numerators[i] / denominator)``, exactly.
+
+        Rejection sampling: propose ``i`` uniformly (``randbelow(m)``) and accept it with a
+        Bernoulli(exp(-n_i/d)) (CKS Algorithm 1), so ``P[i] ∝ (1/m) exp(-n_i/d)``.  Needs integers
+        ``n_i >= 0`` with ``min n_i = 0``: then a round accepts with probability ``>= 1/m`` and the
+        expected number of rounds is ``<= m``.  Like the other samplers it runs in noise- and
+        weight-dependent time.
+        """
+        m = len(numerators)
+        if m == 0:
+            raise InvalidParameterError("numerators: need at least one candidate")
+        d = int(denominator)
+        if d < 1 or min(numerators) != 0:
+            raise InvalidParameterError(
+                "numerators/denominator: need integers >= 0 with minimum 0 and d >= 1"
+            )
+        rb = self._rb
+        while True:
+            i = rb(m)
+            if self._bernoulli_exp(int(numerators[i]), d):
+                return i
+
     def discrete_laplace_list(self, scale: Fraction | int | float, count: int) -> list[int]:
         """``count`` independent discrete Laplace draws (see :meth:`discrete_laplace`)."""
         b = _as_fraction(scale, "scale")
@@ -261,6 +285,11 @@ def _shape(size: Any) -> tuple[int, ...]:
     if isinstance(size, tuple | list):
         return tuple(check_int(s, "size", minimum=0) for s in size)
     return (check_int(size, "size", minimum=0),)
+
+
+def power_of_two_grid(quantity: float, *, bits: int = GRID_BITS) -> float:
+    """The largest power of two ``<= quantity / 2**bits`` (a public grid for snapping)."""
+    return _largest_pow2_at_most(check_positive(quantity, "quantity") / 2.0**bits, "quantity")
 
 
 def default_granularity(scale: float, size: int | tuple[int, ...] = 1, *, kind: str = "laplace") -> float:

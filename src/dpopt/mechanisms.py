@@ -8,9 +8,11 @@ Each mechanism is a frozen description (noise scale + declared sensitivity) with
 * ``release(value, rng=..., accountant=...)``: composes ``event`` into ``accountant`` first (which
   refuses when over budget), then draws the noise.
 
-``rng="secure"`` (or a :class:`~dpopt.randomness.SecureRNG`) switches the Laplace and Gaussian
-mechanisms to exact discrete samplers on a power-of-two grid driven by the OS CSPRNG
-(:mod:`dpopt._discrete`).  This matters: textbook floating-point Laplace sampling leaves holes in
+``rng="secure"`` (or a :class:`~dpopt.randomness.SecureRNG`) switches the Laplace, Gaussian,
+report-noisy-min and exponential mechanisms to exact discrete samplers on a power-of-two grid
+driven by the OS CSPRNG (:mod:`dpopt._discrete`); no floating-point sampler is called.  The
+l2-Laplace (Gamma-norm) mechanism has no exact sampler and refuses ``rng="secure"`` (before
+anything is composed).  This matters: textbook floating-point Laplace sampling leaves holes in
 the set of outputs that depend on the input, and Mironov (2012) showed that a single release can
 then reveal the input.  In secure mode the query value is snapped to the grid, the sensitivity is
 rounded up to the grid and the noise scale inflated by the same factor (at most 1 + 2⁻¹⁰), so the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -43,7 +46,7 @@ from dpopt.accounting import (
     gaussian_sigma,
 )
 from dpopt.exceptions import InvalidParameterError
-from dpopt.randomness import RNGLike, SecureRNG, check_rng
+from dpopt.randomness import RNGLike, SecureRNG, check_rng, is_secure
 
 __all__ = [
     "ExponentialMechanism",
@@ -72,7 +75,7 @@ def laplace_noise(scale: float, size: int | tuple[int, ...] = (), *, rng: RNGLik
     g = check_rng(rng)
     shape = (size,) if isinstance(size, int) else tuple(size)
     if isinstance(g, SecureRNG):
-        return _discrete.secure_laplace(b, shape)
+        return _discrete.secure_laplace(b, shape, sampler=_exact(g))
     return g.laplace(0.0, b, size=shape)
 
 
@@ -82,7 +85,7 @@ def gaussian_noise(sigma: float, size: int | tuple[int, ...] = (), *, rng: RNGLi
     g = check_rng(rng)
     shape = (size,) if isinstance(size, int) else tuple(size)
     if isinstance(g, SecureRNG):
-        return _discrete.secure_gaussian(s, shape)
+        return _discrete.secure_gaussian(s, shape, sampler=_exact(g))
     return g.normal(0.0, s, size=shape)
 
 
@@ -90,13 +93,15 @@ def l2_laplace_noise(alpha: float, dim: int, *, rng: RNGLike, size: int | None =
     """Vector noise with density ∝ exp(-α‖v‖₂) on R^dim: norm ~ Gamma(dim, 1/α), uniform direction.
 
     E‖v‖₂ = dim/α and E‖v‖₂² = dim(dim+1)/α².  With ``size`` returns ``size`` independent vectors.
-    In secure mode the generator is seeded from the OS CSPRNG (no exact discrete sampler exists for
-    this law; the floating-point caveat of the module docstring applies).
+    ``rng="secure"`` is refused (:func:`_refuse_secure_l2`): there is no exact sampler for this law.
     """
     a = check_positive(alpha, "alpha")
     d = check_int(dim, "dim")
+    if is_secure(rng):
+        _refuse_secure_l2()
     g = check_rng(rng)
-    gen = g.generator if isinstance(g, SecureRNG) else g
+    assert isinstance(g, np.random.Generator)
+    gen = g
     n = 1 if size is None else check_int(size, "size")
     direction = gen.standard_normal((n, d))
     direction /= np.linalg.norm(direction, axis=1, keepdims=True)
@@ -105,8 +110,84 @@ def l2_laplace_noise(alpha: float, dim: int, *, rng: RNGLike, size: int | None =
     return out[0] if size is None else out
 
 
+def _exact(g: SecureRNG) -> _discrete.ExactSampler:
+    """The exact sampler driven by the secure generator's uniform integers."""
+    return _discrete.ExactSampler(g.randbelow)
+
+
+def _refuse_secure_l2() -> None:
+    raise InvalidParameterError(
+        "rng='secure' is not supported by the l2-Laplace (Gamma-norm) mechanism: it has no exact "
+        "sampler, and floating-point Gamma/normal draws do not give the hardened guarantee. Use "
+        "GaussianMechanism (or LaplaceMechanism with an l1 sensitivity, e.g. sqrt(dim) times the l2 "
+        "one) with rng='secure', or pass an int seed / Generator / None to use this mechanism"
+    )
+
+
+def _grid_units(values: NDArray[np.float64], grid: float) -> list[int]:
+    """``values`` snapped to ``grid`` (ties up), as exact Python integers in grid units."""
+    snapped = _discrete.snap_to_grid(values, grid)
+    return [int(v) for v in (snapped / grid).tolist()]  # exact: |v| < 2**53, grid a power of two
+
+
+def _secure_report_noisy_min(
+    scores: NDArray[np.float64], scale: float, sensitivity: float, monotone: bool, g: SecureRNG
+) -> int:
+    """Report-noisy-min on the grid with exact discrete Laplace noise (no floating-point sampler).
+
+    Proof sketch.  Snap the scores to ``grid`` (a power of two ``<= min(Δ, b) / 2**10``, public)
+    with ties upward: ``x -> floor(x/grid + 1/2)`` is monotone and commutes with shifts by
+    multiples of ``grid``, so snapped scores have sensitivity ``Δ_g = grid·ceil(Δ/grid) <= Δ (1 +
+    2**-10)`` and stay monotone if the scores were.  Add discrete Laplace noise with
+    ``P[grid·k] ∝ exp(-|grid k| / b')``, ``b' = b Δ_g / Δ`` (rounded up), and return the arg-min,
+    ties uniformly at random.  Uniform tie-breaking is a data-independent random permutation
+    followed by "first minimiser in that order", a mixture of deterministic rules, so it suffices
+    to prove each rule private.  For a fixed rule and fixed other noises, candidate ``i`` wins iff
+    its integer noise ``r_i <= T`` for an integer threshold ``T`` that moves by at most ``2Δ_g/grid``
+    between neighbours (``Δ_g/grid`` one-sidedly for monotone scores, as in Dwork-Roth Claim 3.9),
+    and the discrete Laplace cdf satisfies ``P[r <= T - j] >= q**j P[r <= T]``, ``q = exp(-grid/b')``
+    (its pmf is log-concave with tail ratio ``q``).  Hence ε = 2Δ_g/b' <= 2Δ/b (Δ_g/b' <= Δ/b
+    monotone): the event the mechanism composes.
+    """
+    grid = _discrete.power_of_two_grid(min(sensitivity, scale))
+    grid_sens = _discrete.grid_sensitivity(sensitivity, grid)
+    inflated = math.nextafter(scale * grid_sens / sensitivity, math.inf)  # round up: conservative
+    units = _grid_units(scores, grid)
+    sampler = _exact(g)
+    noise = sampler.discrete_laplace_list(Fraction(inflated) / Fraction(grid), len(units))
+    noisy = [u + r for u, r in zip(units, noise, strict=True)]
+    low = min(noisy)
+    best = [i for i, v in enumerate(noisy) if v == low]
+    return best[0] if len(best) == 1 else best[g.randbelow(len(best))]
+
+
+def _secure_exponential(
+    utilities: NDArray[np.float64], epsilon: float, sensitivity: float, monotone: bool, g: SecureRNG
+) -> int:
+    """Exponential mechanism on the grid, sampled exactly with Bernoulli(exp(-γ)) (no floats drawn).
+
+    Proof sketch.  Snap the utilities to ``grid`` (a power of two ``<= Δ / 2**10``, public), ties
+    upward; the snapped utilities ``grid·k_i`` have sensitivity ``Δ_g = grid·ceil(Δ/grid) <= Δ (1 +
+    2**-10)`` and stay monotone if the utilities were (snapping is monotone and commutes with shifts
+    by multiples of ``grid``).  Select ``i`` with probability ``∝ exp(ε grid k_i / (c Δ_g))``
+    (``c = 2``, or 1 for monotone utilities): the exponential mechanism for sensitivity ``Δ_g``,
+    ε-DP (McSherry-Talwar), exactly the event the mechanism composes; the price of the grid is a
+    utility scaled by ``Δ/Δ_g >= 1 - 2**-10``.  The weights are ``exp(-γ_i)`` with rational
+    ``γ_i = (k_max - k_i) grid ε / (c Δ_g)`` (floats are exact dyadic rationals), and
+    :meth:`~dpopt._discrete.ExactSampler.exp_weights_index` samples them exactly by rejection
+    (uniform proposal, Bernoulli(exp(-γ_i)) acceptance; expected rounds <= number of candidates).
+    Subtracting ``k_max`` only normalises the weights.
+    """
+    grid = _discrete.power_of_two_grid(sensitivity)
+    grid_sens = _discrete.grid_sensitivity(sensitivity, grid)
+    units = _grid_units(utilities, grid)
+    top = max(units)
+    rate = Fraction(grid) * Fraction(epsilon) / ((1 if monotone else 2) * Fraction(grid_sens))
+    return _exact(g).exp_weights_index([(top - k) * rate.numerator for k in units], rate.denominator)
+
+
 def _secure_additive(
-    value: NDArray[np.float64], scale: float, sensitivity: float, kind: str
+    value: NDArray[np.float64], scale: float, sensitivity: float, kind: str, g: SecureRNG
 ) -> NDArray[np.float64]:
     shape = value.shape
     n = max(int(np.prod(shape)), 1)
@@ -116,9 +197,9 @@ def _secure_additive(
     grid_sens = _discrete.grid_sensitivity(sensitivity, grid, dim=n, norm=norm)
     inflated = math.nextafter(scale * grid_sens / sensitivity, math.inf)  # round up: conservative
     if kind == "laplace":
-        noise = _discrete.secure_laplace(inflated, shape, granularity=grid)
+        noise = _discrete.secure_laplace(inflated, shape, granularity=grid, sampler=_exact(g))
     else:
-        noise = _discrete.secure_gaussian(inflated, shape, granularity=grid)
+        noise = _discrete.secure_gaussian(inflated, shape, granularity=grid, sampler=_exact(g))
     return snapped + noise
 
 
@@ -172,7 +253,7 @@ class LaplaceMechanism:
         g = check_rng(rng)
         _compose(accountant, self.event, label)
         if isinstance(g, SecureRNG):
-            out = _secure_additive(arr, self.scale, self.sensitivity, "laplace")
+            out = _secure_additive(arr, self.scale, self.sensitivity, "laplace", g)
         else:
             out = arr + g.laplace(0.0, self.scale, size=arr.shape)
         return float(out) if out.ndim == 0 else out
@@ -237,7 +318,7 @@ class GaussianMechanism:
         g = check_rng(rng)
         _compose(accountant, self.event, label)
         if isinstance(g, SecureRNG):
-            out = _secure_additive(arr, self.sigma, self.sensitivity, "gaussian")
+            out = _secure_additive(arr, self.sigma, self.sensitivity, "gaussian", g)
         else:
             out = arr + g.normal(0.0, self.sigma, size=arr.shape)
         return float(out) if out.ndim == 0 else out
@@ -252,6 +333,9 @@ class ReportNoisyMin:
     ε-DP with ε = 2Δ/b for arbitrary scores of sensitivity Δ, and ε = Δ/b when the scores are
     monotone (all move in the same direction between neighbours, e.g. counts).  The noisy scores
     are never released.  Ties (possible on the secure grid) are broken uniformly at random.
+    With ``rng="secure"`` the scores are snapped to a power-of-two grid and the noise is exact
+    discrete Laplace with the scale inflated by the grid's sensitivity rounding (at most a factor
+    1 + 2⁻¹⁰), so the same ε holds exactly (proof sketch in ``_secure_report_noisy_min``).
     """
 
     scale: float
@@ -299,13 +383,15 @@ class ReportNoisyMin:
             raise InvalidParameterError("scores: must contain at least one candidate")
         g = check_rng(rng)
         _compose(accountant, self.event, label)
+        if isinstance(g, SecureRNG):
+            return _secure_report_noisy_min(-s if self.maximize else s, self.scale, self.sensitivity,
+                                            self.monotone, g)  # fmt: skip
         noise = laplace_noise(self.scale, s.shape, rng=g)
         noisy = -(s + noise) if self.maximize else s + noise
         best = np.flatnonzero(noisy == noisy.min())
         if best.size == 1:
             return int(best[0])
-        gen = g.generator if isinstance(g, SecureRNG) else g
-        return int(gen.choice(best))
+        return int(g.choice(best))
 
 
 @dataclass(frozen=True)
@@ -315,8 +401,11 @@ class ExponentialMechanism:
     Privacy
     -------
     ε-DP for utilities of sensitivity Δ (ε u/Δ suffices for monotone utilities).  Sampling uses
-    the Gumbel-max trick; with ``rng="secure"`` the Gumbel variables come from a CSPRNG-seeded
-    generator.
+    the Gumbel-max trick.  With ``rng="secure"`` no floating-point sampler is used: the utilities
+    are snapped to a power-of-two grid, the sensitivity is rounded up to the grid (the factor
+    ε/(2Δ) becomes ε/(2Δ_g), Δ_g <= Δ(1 + 2⁻¹⁰), so the stated ε holds exactly) and the index is
+    drawn exactly with CSPRNG-driven Bernoulli(exp(-γ)) rejection sampling (proof sketch in
+    ``_secure_exponential``).
     """
 
     epsilon: float
@@ -365,8 +454,9 @@ class ExponentialMechanism:
             raise InvalidParameterError("utilities: must contain at least one candidate")
         g = check_rng(rng)
         _compose(accountant, self.event, label)
-        gen = g.generator if isinstance(g, SecureRNG) else g
-        return int(np.argmax(self._factor * u + gen.gumbel(size=u.shape)))
+        if isinstance(g, SecureRNG):
+            return _secure_exponential(u, self.epsilon, self.sensitivity, self.monotone, g)
+        return int(np.argmax(self._factor * u + g.gumbel(size=u.shape)))
 
 
 @dataclass(frozen=True)
@@ -376,7 +466,9 @@ class L2LaplaceMechanism:
     Privacy
     -------
     ε-DP with ε = α·Δ₂ for a vector query of l2-sensitivity Δ₂ (the density ratio at v and
-    v + Δ is at most exp(α‖Δ‖₂)).  Neighbouring relation: the accountant's.
+    v + Δ is at most exp(α‖Δ‖₂)).  Neighbouring relation: the accountant's.  ``rng="secure"`` is
+    refused with :class:`~dpopt.exceptions.InvalidParameterError` before anything is composed:
+    no exact sampler exists for this law (use :class:`GaussianMechanism` in secure mode).
     """
 
     alpha: float
@@ -419,6 +511,8 @@ class L2LaplaceMechanism:
     ) -> NDArray[np.float64]:
         """Compose, then return ``value`` (a vector) + l2-Laplace noise."""
         v = check_array(value, "value", ndim=1)
+        if is_secure(rng):
+            _refuse_secure_l2()  # before composing: nothing is spent
         g = check_rng(rng)
         _compose(accountant, self.event, label)
         return v + l2_laplace_noise(self.alpha, v.size, rng=g)

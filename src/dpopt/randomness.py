@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from typing import Literal, TypeAlias
 
 import numpy as np
@@ -29,12 +30,18 @@ class SecureRNG:
 
     Wraps a numpy ``Generator`` whose bit generator is re-seeded from the OS CSPRNG for every
     child; the noise samplers in :mod:`dpopt.mechanisms` detect it (:func:`is_secure`) and switch to
-    exact discrete samplers driven by :mod:`secrets`. Non-noise randomness (shuffles, subsampling
+    exact discrete samplers driven by :attr:`randbelow` (:func:`secrets.randbelow`); no mechanism
+    draws noise or selections from :attr:`generator` in secure mode, and mechanisms without an
+    exact sampler refuse it. Non-noise randomness (shuffles, subsampling
     indices) drawn through :attr:`generator` is seeded from OS entropy and never logged.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, randbelow: Callable[[int], int] | None = None) -> None:
         self.generator = np.random.default_rng(secrets.randbits(128))
+        #: Uniform integers for the exact samplers (:class:`dpopt._discrete.ExactSampler`).
+        #: Default :func:`secrets.randbelow`; tests may inject ``random.Random(seed).randrange``
+        #: for reproducibility, which is *not* secure.
+        self.randbelow: Callable[[int], int] = secrets.randbelow if randbelow is None else randbelow
 
     def __repr__(self) -> str:
         return "SecureRNG()"
