@@ -24,6 +24,7 @@ from dpopt._discrete import (
     discrete_gaussian_variance,
     discrete_laplace_variance,
     grid_sensitivity,
+    power_of_two_grid,
     secure_gaussian,
     secure_laplace,
     snap_to_grid,
@@ -119,6 +120,32 @@ def test_bernoulli_rational() -> None:
     assert abs(hits / n - 2 / 7) <= 4 * math.sqrt((2 / 7) * (5 / 7) / n)
     assert all(sampler.bernoulli(1) == 1 for _ in range(100))
     assert all(sampler.bernoulli(0) == 0 for _ in range(100))
+
+
+def test_exp_weights_index_matches_exact_probabilities() -> None:
+    # P[i] ∝ exp(-n_i / d): the exact law of the secure exponential mechanism
+    nums, d = [0, 3, 7, 20, 1], 4
+    sampler = seeded(3)
+    n = 12_000
+    counts = np.bincount([sampler.exp_weights_index(nums, d) for _ in range(n)], minlength=5)
+    w = np.exp(-np.array(nums) / d)
+    assert stats.chisquare(counts, w / w.sum() * n).pvalue > P_MIN
+    # power: the law with the rate doubled (a planted factor-2 error) is rejected
+    w_bad = np.exp(-2 * np.array(nums) / d)
+    assert stats.chisquare(counts, w_bad / w_bad.sum() * n).pvalue < P_MIN
+    assert seeded(4).exp_weights_index([0], 1) == 0
+    with pytest.raises(InvalidParameterError, match="minimum 0"):
+        sampler.exp_weights_index([1, 2], 1)
+    with pytest.raises(InvalidParameterError, match="at least one"):
+        sampler.exp_weights_index([], 1)
+
+
+def test_power_of_two_grid() -> None:
+    assert power_of_two_grid(1.0) == 2.0**-GRID_BITS
+    assert power_of_two_grid(3.0) == 2.0 ** (1 - GRID_BITS)
+    assert power_of_two_grid(0.7, bits=0) == 0.5
+    with pytest.raises(InvalidParameterError):
+        power_of_two_grid(0.0)
 
 
 # ------------------------------------------------------------------------------------------------
