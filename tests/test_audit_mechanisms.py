@@ -39,3 +39,32 @@ def test_secure_laplace_passes_audit_and_broken_secure_is_caught() -> None:
     assert ok.epsilon_lower > 0.7
     broken = audit(run(bad), D0, D1, n_runs=20_000, rng="secure", vectorized=True)
     assert broken.refutes(1.0)
+
+
+@pytest.mark.parametrize("kind", ["exponential", "report-noisy-max"])
+def test_secure_selection_mechanisms_pass_audit_and_planted_bug_is_caught(kind: str) -> None:
+    # the exact grid samplers of rng="secure" (issue 12 §3), driven by seeded integers for
+    # reproducibility; the planted bug claims ε = 1 for a mechanism run at ε = 3
+    import random
+
+    from dpopt.mechanisms import ExponentialMechanism, ReportNoisyMin
+    from dpopt.randomness import SecureRNG
+
+    def make(eps: float):  # type: ignore[no-untyped-def]
+        if kind == "exponential":
+            mech = ExponentialMechanism(eps, monotone=True)
+        else:
+            mech = ReportNoisyMin.calibrate(eps, monotone=True, maximize=True)
+
+        def run(data: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
+            g = SecureRNG(randbelow=random.Random(int(rng.integers(2**62))).randrange)
+            scores = np.array([data.sum(), 9.5])  # monotone: only candidate 0 depends on the data
+            return np.array([mech.release(scores, rng=g) for _ in range(n)], dtype=float)
+
+        return run
+
+    ok = audit(make(1.0), D0, D1, n_runs=3_000, rng=2025, vectorized=True)
+    assert not ok.refutes(1.0), str(ok)
+    assert ok.epsilon_lower > 0.1
+    broken = audit(make(3.0), D0, D1, n_runs=3_000, rng=2025, vectorized=True)
+    assert broken.refutes(1.0), str(broken)
