@@ -232,7 +232,9 @@ def test_fuzz_accountants(
             raise AssertionError("negative or NaN ε")
         return eps
 
-    check_call(f"accountant[{kind}]", run, detail=repr((kind, neighbouring, event, sigma, rate, count, delta)))
+    check_call(
+        f"accountant[{kind}]", run, detail=repr((kind, neighbouring, event, sigma, rate, count, delta))
+    )
 
 
 @fuzz(150)
@@ -243,7 +245,16 @@ def test_fuzz_accountants(
     method=st.sampled_from(["analytic", "classic", "coa", "junk"]),
     which=st.sampled_from(["gaussian", "laplace"]),
     value=st.sampled_from(
-        [1.0, [1.0, 2.0], [[1.0], [2.0]], PLANTED_STR, [1.0, PLANTED_STR], [PLANTED_FLOAT, math.nan], [], None]
+        [
+            1.0,
+            [1.0, 2.0],
+            [[1.0], [2.0]],
+            PLANTED_STR,
+            [1.0, PLANTED_STR],
+            [PLANTED_FLOAT, math.nan],
+            [],
+            None,
+        ]
     ),
 )
 def test_fuzz_mechanisms(eps: Any, delta: Any, sens: Any, method: str, which: str, value: Any) -> None:
@@ -288,7 +299,9 @@ _HISTOGRAMS = [
     histogram=st.sampled_from(_HISTOGRAMS),
     eps=EPS,
     delta=DELTA,
-    strategy=st.sampled_from(["gm", "identity", "hierarchical", "wavelet", "junk", None, [[1, PLANTED_STR, 0]]]),
+    strategy=st.sampled_from(
+        ["gm", "identity", "hierarchical", "wavelet", "junk", None, [[1, PLANTED_STR, 0]]]
+    ),
     calibration=st.sampled_from(["analytic", "paper", "classic", "junk"]),
     neighbouring=NEIGHBOURING,
     counts=st.sampled_from(["integer", "real", "junk"]),
@@ -320,6 +333,51 @@ def test_fuzz_answer(
         ),
         planted=True,
     )
+
+
+@fuzz(80)
+@given(
+    histogram=st.sampled_from(_HISTOGRAMS),
+    eps=st.sampled_from([1e-300, 1e-3, 1.0, 1e6, 0.0, math.nan]),
+    ratio=st.sampled_from([0.25, 0.0, 1.0, 2.0]),
+    strategy=st.sampled_from(
+        [[[1, 0, 0], [0, 1, 1]], [[1, PLANTED_STR, 0]], [[1, 0]], "junk", [[PLANTED_FLOAT, 0, 1]]]
+    ),
+)
+def test_fuzz_dawa_and_strategies(histogram: Any, eps: Any, ratio: Any, strategy: Any) -> None:
+    from dpopt.linear_queries import dawa, evaluate_strategy, workloads
+
+    W = workloads.prefix(3)
+    check_call("dawa", lambda: dawa(W, histogram, epsilon=eps, rng=0, ratio=ratio), planted=True)
+    check_call("evaluate_strategy", lambda: evaluate_strategy(W, strategy), planted=True)
+    check_call("Workload.answer", lambda: W.answer(histogram), planted=True)
+
+
+@fuzz(60)
+@given(
+    which=st.sampled_from(["logistic", "linear", "lasso"]),
+    X=st.sampled_from(
+        _X_EST := [
+            [[0.1, 0.2], [0.3, -0.1], [-0.2, 0.1], [0.0, 0.3]],
+            [[0.1, 0.2], [0.3, PLANTED_STR], [-0.2, 0.1], [0.0, 0.3]],
+            [[0.1, 0.2], [0.3], [-0.2, 0.1], [0.0, 0.3]],
+        ]
+    ),
+    y=st.sampled_from(
+        [[1, -1, 1, -1], [1, -1, PLANTED_STR, -1], [0.5, -0.5, PLANTED_FLOAT, 0.1], [1, 2, 3, 1]]
+    ),
+    eps=st.sampled_from([1.0, 1e-300, 1e6, -1.0]),
+)
+def test_fuzz_estimators(which: str, X: Any, y: Any, eps: Any) -> None:
+    from dpopt.estimators import DPLasso, DPLinearRegression, DPLogisticRegression
+
+    def run() -> Any:
+        if which == "logistic":
+            return DPLogisticRegression(epsilon=eps, feature_norm=1.0, rng=0).fit(X, y)
+        cls = DPLinearRegression if which == "linear" else DPLasso
+        return cls(epsilon=eps, feature_norm=1.0, label_bound=1.0, rng=0).fit(X, y)
+
+    check_call(f"estimator[{which}]", run, planted=True)
 
 
 @fuzz(60)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from dpopt.exceptions import InvalidParameterError
+
+T = TypeVar("T")
 
 __all__ = [
     "as_float_array",
@@ -186,6 +189,26 @@ def as_float_array(
                 f"{name}: contains NaN or infinite entries{where}; remove or impute them first"
             )
     return arr
+
+
+def numeric_or_refuse(call: Callable[[], T], **inputs: Any) -> T:
+    """Run a third-party conversion of user data (e.g. scikit-learn's ``validate_data``).
+
+    A ``ValueError`` it raises becomes an :class:`InvalidParameterError`: naming the input and the
+    row/column that is not a number (or the ragged rows) when that is the cause, never quoting an
+    entry (messages that would, such as "could not convert string to float: ...", are replaced).
+    """
+    try:
+        return call()
+    except ValueError as exc:
+        if isinstance(exc, InvalidParameterError):
+            raise
+        for name, value in inputs.items():
+            if isinstance(value, list | tuple | str):
+                as_float_array(value, name, finite=False)  # raises with the failing entry named
+        if "convert" in str(exc):
+            raise InvalidParameterError(f"{', '.join(inputs)}: could not be converted to numbers") from None
+        raise InvalidParameterError(str(exc)) from None
 
 
 def check_array(

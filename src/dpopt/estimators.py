@@ -24,7 +24,13 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets, unique_labels
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from dpopt._validation import check_nonneg, check_positive, check_probability
+from dpopt._validation import (
+    as_float_array,
+    check_nonneg,
+    check_positive,
+    check_probability,
+    numeric_or_refuse,
+)
 from dpopt.accounting import Accountant, Budget
 from dpopt.exceptions import InvalidParameterError, MissingDataBoundsError
 from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball
@@ -126,7 +132,7 @@ class _DPLinearModel(BaseEstimator):
 
     def _linear(self, X: Any) -> NDArray[np.float64]:
         check_is_fitted(self)
-        X = validate_data(self, X, accept_sparse="csr", reset=False)
+        X = numeric_or_refuse(lambda: validate_data(self, X, accept_sparse="csr", reset=False), X=X)
         return np.asarray(X @ self.coef_).ravel() + self.intercept_
 
     def __sklearn_tags__(self) -> Any:
@@ -280,11 +286,11 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
 
     def fit(self, X: Any, y: Any) -> DPLogisticRegression:
         """Fit the model privately (spends (ε, δ) on ``(X, y)``)."""
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64)
-        check_classification_targets(y)
+        X, y = numeric_or_refuse(lambda: validate_data(self, X, y, accept_sparse="csr", dtype=np.float64), X=X)
+        numeric_or_refuse(lambda: check_classification_targets(y))  # sklearn's ValueError, as ours
         self.classes_ = unique_labels(y)
         if self.classes_.size != 2:
-            raise ValueError(
+            raise InvalidParameterError(  # a ValueError, as scikit-learn expects
                 "Only binary classification is supported. DPLogisticRegression got "
                 f"{self.classes_.size} classes"
             )
@@ -322,12 +328,14 @@ class _DPRegressor(RegressorMixin, _DPLinearModel):
 
     def fit(self, X: Any, y: Any) -> Any:
         """Fit the model privately (spends (ε, δ) on ``(X, y)``)."""
-        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=True)
+        X, y = numeric_or_refuse(
+            lambda: validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=True), X=X, y=y
+        )
         if self.label_bound is None:
             raise MissingDataBoundsError(
                 f"{type(self).__name__}: label_bound is required (a public bound on |y|)"
             )
-        yv = np.asarray(y, dtype=np.float64)
+        yv = as_float_array(y, "y")
         if self.clip:
             yv = np.clip(yv, -self.label_bound, self.label_bound)
         self._store(self._fit_problem(X, yv))

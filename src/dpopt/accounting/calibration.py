@@ -146,7 +146,7 @@ def advanced_composition_step(
         eps0 = float(brentq(excess, 1e-300, eps, xtol=1e-15, rtol=1e-12))
     except (ValueError, ArithmeticError, RuntimeError):
         eps0 = math.nan
-    if not (math.isfinite(eps0) and eps0 > 0 and delta0 > 0):
+    if not (math.isfinite(eps0) and eps0 > 0):
         raise InvalidParameterError(
             f"advanced composition: no per-step ε0 > 0 for ε={eps:.3g}, δ={d:.3g} over {k} steps "
             "(under- or overflow); use fewer steps or a larger budget"

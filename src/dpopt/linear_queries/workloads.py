@@ -130,7 +130,7 @@ class Workload(abc.ABC):
 
     def answer(self, x: ArrayLike) -> FloatArray:
         """True answers ``W x`` for a histogram (or estimate) ``x`` of length n."""
-        arr = np.asarray(x, dtype=np.float64)
+        arr = as_float_array(x, "x", finite=False)
         if arr.shape != (self._n,):
             raise InvalidParameterError(
                 f"x: expected a vector of length {self._n} (the workload's domain size), got shape {arr.shape}"

@@ -97,7 +97,12 @@ def _noise_multiplier(eps2: float, delta: float) -> float:
     """Smallest z with ``chi2_delta(z, eps2) <= delta``."""
     t = math.sqrt(2 * math.log(1 / delta))
     hi = (t + math.sqrt(t * t + 2 * eps2)) / (2 * eps2)  # the χ₂ tail-bound calibration
-    return float(optimize.brentq(lambda z: chi2_delta(z, eps2) - delta, 1e-6, hi, xtol=1e-15, rtol=1e-15))
+    try:
+        return float(optimize.brentq(lambda z: chi2_delta(z, eps2) - delta, 1e-6, hi, xtol=1e-15, rtol=1e-15))
+    except (ValueError, RuntimeError, ArithmeticError):  # root finder fails at extreme ε (e.g. 1e-300)
+        raise InvalidParameterError(
+            f"objective perturbation: no noise level found for ε={eps2:.3g}, δ={delta:.3g}; use a larger ε"
+        ) from None
 
 
 def replace_one_epsilon(
