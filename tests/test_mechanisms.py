@@ -237,3 +237,11 @@ def test_secure_report_noisy_min_probabilities() -> None:
     assert set(picks_max) == {1}
     ties = np.array([ReportNoisyMin(1e-3).release([5.0, 5.0], rng=g) for _ in range(2000)])
     assert abs(ties.mean() - 0.5) < 4 * np.sqrt(0.25 / len(ties))
+
+
+def test_secure_selection_rejects_values_beyond_the_grid() -> None:
+    g = _poisoned_secure(14)
+    with pytest.raises(InvalidParameterError, match="utilities: too large"):
+        ExponentialMechanism(1.0).release([0.0, 1e16], rng=g)
+    with pytest.raises(InvalidParameterError, match="scores: too large"):
+        ReportNoisyMin(1.0).release([0.0, 1e16], rng=g)

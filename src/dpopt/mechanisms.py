@@ -70,7 +70,11 @@ def _shape_of(value: ArrayLike) -> tuple[int, ...]:
 
 # ------------------------------------------------------------------------------------ raw samplers
 def laplace_noise(scale: float, size: int | tuple[int, ...] = (), *, rng: RNGLike) -> NDArray[np.float64]:
-    """I.i.d. Laplace(0, scale) noise (exact discrete on a fine grid when ``rng="secure"``)."""
+    """I.i.d. Laplace(0, scale) noise (exact discrete on a fine grid when ``rng="secure"``).
+
+    A raw sampler: the hardened guarantee of ``rng="secure"`` needs the value it is added to on the
+    same grid (use :meth:`LaplaceMechanism.release`, which snaps and accounts for the grid).
+    """
     b = check_positive(scale, "scale")
     g = check_rng(rng)
     shape = (size,) if isinstance(size, int) else tuple(size)
@@ -80,7 +84,11 @@ def laplace_noise(scale: float, size: int | tuple[int, ...] = (), *, rng: RNGLik
 
 
 def gaussian_noise(sigma: float, size: int | tuple[int, ...] = (), *, rng: RNGLike) -> NDArray[np.float64]:
-    """I.i.d. N(0, σ²) noise (exact discrete Gaussian on a fine grid when ``rng="secure"``)."""
+    """I.i.d. N(0, σ²) noise (exact discrete Gaussian on a fine grid when ``rng="secure"``).
+
+    A raw sampler: the hardened guarantee of ``rng="secure"`` needs the value it is added to on the
+    same grid (use :meth:`GaussianMechanism.release`, which snaps and accounts for the grid).
+    """
     s = check_positive(sigma, "sigma")
     g = check_rng(rng)
     shape = (size,) if isinstance(size, int) else tuple(size)
@@ -124,9 +132,15 @@ def _refuse_secure_l2() -> None:
     )
 
 
-def _grid_units(values: NDArray[np.float64], grid: float) -> list[int]:
+def _grid_units(values: NDArray[np.float64], grid: float, name: str) -> list[int]:
     """``values`` snapped to ``grid`` (ties up), as exact Python integers in grid units."""
-    snapped = _discrete.snap_to_grid(values, grid)
+    try:
+        snapped = _discrete.snap_to_grid(values, grid)
+    except InvalidParameterError:
+        raise InvalidParameterError(
+            f"{name}: too large for the secure grid (|{name}| / sensitivity must stay below about "
+            "2**42); shift them by a public constant, or use a seeded rng instead of 'secure'"
+        ) from None
     return [int(v) for v in (snapped / grid).tolist()]  # exact: |v| < 2**53, grid a power of two
 
 
@@ -152,7 +166,7 @@ def _secure_report_noisy_min(
     grid = _discrete.power_of_two_grid(min(sensitivity, scale))
     grid_sens = _discrete.grid_sensitivity(sensitivity, grid)
     inflated = math.nextafter(scale * grid_sens / sensitivity, math.inf)  # round up: conservative
-    units = _grid_units(scores, grid)
+    units = _grid_units(scores, grid, "scores")
     sampler = _exact(g)
     noise = sampler.discrete_laplace_list(Fraction(inflated) / Fraction(grid), len(units))
     noisy = [u + r for u, r in zip(units, noise, strict=True)]
@@ -180,7 +194,7 @@ def _secure_exponential(
     """
     grid = _discrete.power_of_two_grid(sensitivity)
     grid_sens = _discrete.grid_sensitivity(sensitivity, grid)
-    units = _grid_units(utilities, grid)
+    units = _grid_units(utilities, grid, "utilities")
     top = max(units)
     rate = Fraction(grid) * Fraction(epsilon) / ((1 if monotone else 2) * Fraction(grid_sens))
     return _exact(g).exp_weights_index([(top - k) * rate.numerator for k in units], rate.denominator)
