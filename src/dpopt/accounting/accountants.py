@@ -493,6 +493,18 @@ class PldAccountant(Accountant):
     through its worst-case PLD, fixed-size subsampling of pure/(ε, δ) events through the tight
     amplification lemma, and compositions.  ``EpsilonDeltaEvent`` with a ``source`` is analysed
     through the source (the actual mechanism).
+
+    Bounded cost: before building a PLD the accountant estimates its size (grid points to
+    discretise, support of the composition).  Beyond :data:`PLD_MAX_POINTS` /
+    :data:`PLD_MAX_SUPPORT`, or when the pessimistic rounding of many releases would exceed
+    :data:`PLD_MAX_ROUNDING` in ε, it uses, in order: the exact closed form of composed Gaussians
+    (all releases unsampled Gaussian), a discretisation coarsened in powers of two up to
+    :data:`PLD_MAX_DISCRETIZATION` (still pessimistic), the RDP bound, basic composition of pure ε;
+    each is a valid upper bound, and the choice is recorded in ``spent().notes`` (as
+    :class:`InfoNote`, not warned).  If none applies the event is refused with
+    :class:`~dpopt.exceptions.UnsupportedEventError`.  Below δ = :data:`PLD_MIN_DELTA` (beyond the
+    PLD's tail truncation) the smaller of the PLD's ε and the closed form / RDP bound is reported.
+    Noise-to-sensitivity ratios above 1e100 are analysed as 1e100 (less noise, so sound).
     """
 
     kind = "pld"
