@@ -172,3 +172,24 @@ def test_block_shares_cover_each_block_once_and_balance_work() -> None:
         assert sorted(np.concatenate(groups).tolist()) == [4, 5, 6, 7]
     loads = sorted(int(sizes[g].sum()) for g in _share_blocks(sizes, 0, 4, 2))
     assert loads == [10, 12]  # LPT: {9, 1} vs {7, 5}
+
+
+def test_from_arrays_names_the_bad_entry_never_its_value() -> None:
+    with pytest.raises(InvalidParameterError, match=r"values: entry 1 is text that is not a number") as info:
+        MatrixFactorizationProblem.from_arrays([0, 1, 0], [0, 0, 1], [1.0, "SECRET42", 3.0], rank=2)
+    assert "SECRET42" not in str(info.value)
+    with pytest.raises(InvalidParameterError, match=r"rows: entry 2 is text") as info:
+        MatrixFactorizationProblem.from_arrays([0, 1, "SECRET42"], [0, 0, 1], [1.0, 2.0, 3.0], rank=2)
+    assert "SECRET42" not in str(info.value)
+    with pytest.raises(InvalidParameterError, match="lengths 3, 2 and 3"):
+        MatrixFactorizationProblem.from_arrays([0, 1, 0], [0, 1], [1.0, 2.0, 3.0], rank=2)
+
+
+def test_huge_rank_is_refused_with_the_memory_estimate_before_allocating() -> None:
+    from dpopt.solvers.hamsi import hamsi
+
+    problem = MatrixFactorizationProblem.from_arrays([0, 1, 1], [0, 0, 1], [1.0, 2.0, 3.0], rank=10**9)
+    with pytest.raises(InvalidParameterError, match=r"rank=1000000000 .* would need ~536 GiB of memory"):
+        hamsi(problem, max_iter=1, rng=0)
+    with pytest.raises(InvalidParameterError, match=r"rank=1000000000: the factors .* would need"):
+        problem.init_factors(rng=0)
