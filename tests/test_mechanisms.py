@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -245,3 +246,31 @@ def test_secure_selection_rejects_values_beyond_the_grid() -> None:
         ExponentialMechanism(1.0).release([0.0, 1e16], rng=g)
     with pytest.raises(InvalidParameterError, match="scores: too large"):
         ReportNoisyMin(1.0).release([0.0, 1e16], rng=g)
+
+
+def test_secure_frank_wolfe_selection_uses_the_exact_grid_rnm(
+    no_float_samplers: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # private Frank-Wolfe's report-noisy-min goes through the snapped grid RNM in secure mode
+    import dpopt.mechanisms as mechanisms
+    from dpopt.problems import DataBounds, ERMProblem, L1Ball
+    from dpopt.solvers import minimize
+
+    calls = []
+    grid_rnm = mechanisms._secure_report_noisy_min
+
+    def counting(*args: Any) -> int:
+        calls.append(args[2])  # the declared sensitivity reaches the grid analysis
+        return grid_rnm(*args)
+
+    monkeypatch.setattr(mechanisms, "_secure_report_noisy_min", counting)
+
+    data = np.random.default_rng(0)
+    X = np.clip(data.standard_normal((200, 6)), -1, 1)
+    y = np.clip(X @ np.array([0.5, -0.3, 0, 0, 0.2, 0]), -1, 1)
+    prob = ERMProblem("squared", DataBounds(1.0, "linf", 1.0), L1Ball(6, 1.0))
+    res = minimize(
+        prob, X, y, method="frank_wolfe", budget=Budget(1.0, 1e-6), rng=_poisoned_secure(15), iterations=20
+    )
+    assert np.abs(res.solution).sum() <= 1.0 + 1e-12 and np.isfinite(res.privacy.epsilon)
+    assert len(calls) == res.iterations - 1 and all(c > 0 for c in calls)

@@ -39,7 +39,7 @@ from dpopt.accounting import (
 )
 from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback, Status, notify
-from dpopt.mechanisms import gaussian_noise, laplace_noise
+from dpopt.mechanisms import ReportNoisyMin, gaussian_noise, laplace_noise
 from dpopt.problems import ERMProblem, L1Ball, Simplex, SquaredLoss, VertexSet
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
 from dpopt.solvers._result import OptimizeResult
@@ -300,10 +300,13 @@ def private_frank_wolfe(
     if variant == "polytope":
         assert isinstance(C, VertexSet)
         theta, used_gram, done = _run_polytope(
-            problem, C, Xc, yc, steps, T, scale, step_rule, gram, gen, callback
+            problem, C, Xc, yc, steps, T, scale, step_rule, gram, gen, callback, sens=sens
         )
     else:
-        (theta, done), used_gram = _run_gaussian(problem, Xc, yc, steps, T, scale, step_rule, gen, callback), False
+        (theta, done), used_gram = (
+            _run_gaussian(problem, Xc, yc, steps, T, scale, step_rule, gen, callback),
+            False,
+        )
     status: Status = "completed" if done == steps else "stopped"
 
     params: dict[str, Any] = {
@@ -336,8 +339,10 @@ def private_frank_wolfe(
     )
 
 
-def _rnm(scores: Array, scale: float, gen: np.random.Generator | SecureRNG) -> int:
+def _rnm(scores: Array, scale: float, gen: np.random.Generator | SecureRNG, sens: float = 0.0) -> int:
     """Index of the smallest noisy score (noise only if scale > 0)."""
+    if scale > 0 and isinstance(gen, SecureRNG):  # exact grid RNM (scores snapped); event committed above
+        return ReportNoisyMin(scale, sens).release(scores, rng=gen)
     if scale > 0:
         scores = scores + laplace_noise(scale, scores.shape, rng=gen)
     return int(np.argmin(scores))
@@ -355,6 +360,7 @@ def _run_polytope(
     gram: Any,
     gen: np.random.Generator | SecureRNG,
     callback: Callback | None = None,
+    sens: float = 0.0,
 ) -> tuple[Array, bool, int]:
     n, p = X.shape
     lam = problem.l2_penalty
@@ -374,7 +380,7 @@ def _run_polytope(
         c = np.asarray(X.T @ y).ravel() / n
         g = K @ theta - c
         for t in range(1, steps + 1):
-            k = _rnm(C.vertex_scores(g), scale, gen)
+            k = _rnm(C.vertex_scores(g), scale, gen, sens)
             mu = _mu(t, T, step_rule)
             j, sgn = _coord_vertex(C, k)
             theta *= 1 - mu
@@ -393,7 +399,7 @@ def _run_polytope(
         g = np.asarray(X.T @ w).ravel()
         if lam:
             g += lam * theta
-        k = _rnm(C.vertex_scores(g), scale, gen)
+        k = _rnm(C.vertex_scores(g), scale, gen, sens)
         mu = _mu(t, T, step_rule)
         theta *= 1 - mu
         if coord:
