@@ -8,6 +8,7 @@ private solve that cannot be certified releases nothing.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -19,7 +20,12 @@ from dpopt.exceptions import ConvergenceWarning, DPOptError
 from dpopt.problems import DataBounds, ERMProblem, L2Ball
 from dpopt.solvers import minimize
 from dpopt.solvers import objective_perturbation as op_module
-from dpopt.solvers.objective_perturbation import InexactSolveError, certified_minimize, certify_point
+from dpopt.solvers.objective_perturbation import (
+    InexactSolveError,
+    certified_minimize,
+    certify_point,
+    guaranteed_iterations,
+)
 
 BUDGET = Budget(1.0, 1e-6)
 
@@ -45,8 +51,33 @@ PROBLEMS = {
 CASES = [(m, i) for m, probs in PROBLEMS.items() for i in range(len(probs))]
 
 
+def _no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Disable the public projected-gradient phase (as if its guaranteed count were unavailable)."""
+
+    def stops_at_once(grad_fn, project, x0, smoothness, iterations, stop):
+        return project(x0), 0, False
+
+    monkeypatch.setattr(op_module, "_projected_gradient", stops_at_once)
+
+
 @pytest.mark.parametrize("method, which", CASES)
-def test_a_solver_forced_to_stop_early_releases_nothing_and_spends_the_committed_budget(method, which):
+def test_a_solver_forced_to_stop_early_is_completed_by_the_public_phase_and_certified(method, which):
+    # max_iter=2 stops the accelerated solver; the projected-gradient phase, whose length depends
+    # only on declared constants (and the noise), then certifies tol: the release keeps its guarantee
+    X, y = _data()
+    prob = PROBLEMS[method][which]
+    res = minimize(prob, X, y, method=method, budget=BUDGET, rng=0, max_iter=2, diagnostics=True)
+    assert res.status == "converged" and res.privacy.sound
+    assert res.privacy.epsilon <= BUDGET.epsilon * (1 + 1e-9)
+    assert res.nonprivate_diagnostics["inner_residual"] <= res.parameters["inner_tol"]
+    assert res.nonprivate_diagnostics["inner_iterations"] > 2
+    if prob.constraint is not None:
+        assert prob.constraint.contains(res.solution, tol=1e-9)
+
+
+@pytest.mark.parametrize("method, which", CASES)
+def test_an_uncertified_solve_releases_nothing_and_spends_the_committed_budget(method, which, monkeypatch):
+    _no_fallback(monkeypatch)
     X, y = _data()
     prob = PROBLEMS[method][which]
     acct = make_accountant("pld", budget=Budget(2.0, 1e-5), neighbouring="replace_one")
@@ -54,16 +85,14 @@ def test_a_solver_forced_to_stop_early_releases_nothing_and_spends_the_committed
         minimize(prob, X, y, method=method, budget=BUDGET, rng=0, max_iter=2, accountant=acct)
     assert isinstance(info.value, DPOptError)
     assert acct.n_events >= 1  # paid before any noise was drawn; a refusal does not refund it
-    # the same call with the default cap is certified and within budget
+    # the accelerated solver alone certifies with the default cap
     res = minimize(prob, X, y, method=method, budget=BUDGET, rng=0)
     assert res.status == "converged" and res.privacy.sound
-    assert res.privacy.epsilon <= BUDGET.epsilon * (1 + 1e-9)
-    if prob.constraint is not None:
-        assert prob.constraint.contains(res.solution, tol=1e-9)
 
 
 @pytest.mark.parametrize("calibration", ["kst", "paper"])
-def test_paper_calibrations_also_refuse_an_uncertified_solve(calibration):
+def test_paper_calibrations_also_refuse_an_uncertified_solve(calibration, monkeypatch):
+    _no_fallback(monkeypatch)
     X, y = _data()
     prob = PROBLEMS["objective_perturbation"][0]
     with warnings.catch_warnings():
@@ -81,13 +110,47 @@ def test_paper_calibrations_also_refuse_an_uncertified_solve(calibration):
             )
 
 
-@pytest.mark.parametrize("method", ["objective_perturbation", "output_perturbation"])
-def test_non_private_runs_only_warn(method):
+def test_guaranteed_iterations_certify_the_worst_case_quadratic_and_fewer_do_not():
+    # J(θ) = (μ/2)θ₁² + (β/2)θ₂²: gradient steps 1/β shrink θ₁ by exactly 1 − μ/β; the count
+    # uses sqrt(1 − μ/β) (valid for every smooth strongly convex J), so it is never short
+    mu, beta, d0, tol = 0.01, 1.0, 10.0, 1e-8
+    k = guaranteed_iterations(beta, mu, d0, tol, constrained=False)
+    assert k is not None
+
+    def grad(x):
+        return np.array([mu * x[0], beta * x[1]])
+
+    def run(steps):
+        x = np.array([d0, 0.0])
+        for _ in range(steps):
+            x = x - grad(x) / beta
+        return float(np.linalg.norm(grad(x)))
+
+    assert run(k) <= tol
+    exact = math.ceil(math.log(mu * d0 / tol) / -math.log1p(-mu / beta))  # the true count on this J
+    assert run(exact) <= tol < run(exact - 1)
+    assert exact <= k <= 2 * math.ceil(math.log(beta * d0 / tol) / -math.log1p(-mu / beta)) + 1
+    assert guaranteed_iterations(beta, mu, math.inf, tol, constrained=False) is None
+
+
+def test_non_private_runs_only_warn(monkeypatch):
     X, y = _data()
-    prob = PROBLEMS[method][0]
+    # no ridge: no strong convexity, so no guaranteed phase; the run warns and says so
     with pytest.warns(ConvergenceWarning, match="non-private"):
-        res = minimize(prob, X, y, method=method, budget="non-private", rng=0, max_iter=2)
+        res = minimize(PROBLEMS["objective_perturbation"][0], X, y, budget="non-private", rng=0, max_iter=2)
     assert res.status == "max_iter" and np.isinf(res.privacy.epsilon)
+    _no_fallback(monkeypatch)
+    with pytest.warns(ConvergenceWarning, match="non-private"):
+        res = minimize(
+            PROBLEMS["output_perturbation"][0],
+            X,
+            y,
+            method="output_perturbation",
+            budget="non-private",
+            rng=0,
+            max_iter=2,
+        )
+    assert res.status == "max_iter"
 
 
 def test_the_solvers_own_claim_is_not_trusted(monkeypatch):
@@ -97,6 +160,7 @@ def test_the_solvers_own_claim_is_not_trusted(monkeypatch):
         return project(x0), 1, 0.0, True
 
     monkeypatch.setattr(op_module, "fista", lying_fista)
+    _no_fallback(monkeypatch)
     X, y = _data()
     for method, probs in PROBLEMS.items():
         with pytest.raises(InexactSolveError):

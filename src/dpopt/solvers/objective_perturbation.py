@@ -51,6 +51,7 @@ __all__ = [
     "certified_minimize",
     "certify_point",
     "chi2_delta",
+    "guaranteed_iterations",
     "kst_sigma",
     "private_objective_perturbation",
     "replace_one_calibration",
@@ -220,6 +221,53 @@ def certify_point(
     return x_plus, g, 2.0 * g / strong_convexity
 
 
+def guaranteed_iterations(
+    smoothness: float,
+    strong_convexity: float,
+    initial_distance: float,
+    tol: float,
+    *,
+    constrained: bool,
+) -> int | None:
+    """Projected-gradient steps that certify ``tol`` for *every* objective with these constants.
+
+    Projected gradient with step 1/β (β = ``smoothness`` >= the objective's smoothness) on a
+    μ-strongly convex objective contracts the distance to the minimiser by ``q = sqrt(1 − μ/β)``
+    per step (co-coercivity; projection is non-expansive), so after k steps from x₀ with
+    ``‖x₀ − θ*‖ <= D₀`` the certificate of :func:`certify_point` is at most ``c·β·q^k·D₀`` (c = 1
+    unconstrained: ``‖∇J(x_k)‖ <= β‖x_k − θ*‖``; c = 2 over a set: ``G = β‖x_k − x_{k+1}‖``).
+    Returns the smallest such k (None when a constant is not finite).  Only declared constants
+    enter, so the count does not depend on the data.
+    """
+    beta, mu, d0 = float(smoothness), float(strong_convexity), float(initial_distance)
+    if not (math.isfinite(beta) and math.isfinite(d0) and beta > 0 and 0 < mu <= beta):
+        return None
+    target = (2.0 if constrained else 1.0) * beta * d0 / tol
+    if target <= 1.0:
+        return 0
+    if mu >= beta:
+        return 1
+    return math.ceil(2.0 * math.log(target) / -math.log1p(-mu / beta))
+
+
+def _projected_gradient(
+    grad_fn: Callable[[Array], Array],
+    project: Callable[[Array], Array],
+    x0: Array,
+    smoothness: float,
+    iterations: int,
+    stop: Callable[[Array, Array], bool],
+) -> tuple[Array, int, bool]:
+    """Plain projected gradient (step 1/``smoothness``) from ``x0`` for up to ``iterations`` steps."""
+    x = project(x0)
+    for k in range(iterations + 1):
+        g = grad_fn(x)
+        if stop(x, g):
+            return x, k, True
+        x = project(x - g / smoothness)
+    return x, iterations, False
+
+
 def certified_minimize(
     fun: Callable[[Array], float],
     grad_fn: Callable[[Array], Array],
@@ -230,14 +278,19 @@ def certified_minimize(
     *,
     tol: float,
     max_iterations: int,
+    initial_distance: float = math.inf,
 ) -> CertifiedSolve:
     """Minimise a smooth μ-strongly convex J over C until a certified gradient-mapping norm <= ``tol``.
 
     Accelerated projected gradient (:func:`fista`) whose stopping test is the certificate of
     :func:`certify_point` at the current extrapolated point, computed with the declared
     ``smoothness`` bound (the solver's backtracked curvature estimate can be smaller than the true
-    smoothness, so its own residual does not certify anything).  The returned point is the one the
-    certificate is about.
+    smoothness, so its own residual does not certify anything).  If it has not certified ``tol``
+    within ``max_iterations``, plain projected gradient runs from ``x0`` for the public number of
+    steps :func:`guaranteed_iterations` that certifies ``tol`` for every objective with these
+    constants (``initial_distance`` bounds ``‖x0 − θ*‖``, from declared quantities), so a failure
+    to certify does not depend on the data (it can only come from floating point, or from an
+    infinite ``initial_distance``).  The returned point is the one the certificate is about.
     """
     x0 = np.asarray(x0, dtype=float)
     proj = project if project is not None else (lambda v: v)
@@ -252,11 +305,18 @@ def certified_minimize(
     x, its, _, ok = fista(
         fun, grad_fn, proj, x0, smoothness, tol=tol, max_iterations=max_iterations, stop=stop
     )
-    if not best:  # pragma: no cover - fista evaluates the test at least once
+    if not ok:
+        extra = guaranteed_iterations(
+            smoothness, strong_convexity, initial_distance, tol, constrained=project is not None
+        )
+        if extra is not None:
+            _, k, ok = _projected_gradient(grad_fn, proj, x0, smoothness, extra, stop)
+            its += k
+    if not best:  # pragma: no cover - the solvers evaluate the test at least once
         point, g, dist = certify_point(x, grad_fn(x), project, smoothness, strong_convexity)
         best = [(point, g, dist)]
     point, g, dist = best[0]
-    return CertifiedSolve(point, its, g, dist, bool(ok and g <= tol))
+    return CertifiedSolve(point, its, g, dist, bool(g <= tol))
 
 
 def fista(
@@ -358,8 +418,11 @@ def private_objective_perturbation(
         computed with the declared smoothness bound) must be certified to be at most ``tol``.  It
         sets the extra output noise (sensitivity ``2γ/μ`` unconstrained, ``4γ/μ`` over a set).
     max_iterations : int, default 50000
-        Cap on the inner solver.  A private run that cannot certify ``tol`` within it raises
-        :class:`InexactSolveError` and releases nothing (the committed budget is spent).
+        Cap on the accelerated inner solver.  If it has not certified ``tol`` by then, plain
+        projected gradient runs for the number of steps that provably certifies it
+        (:func:`guaranteed_iterations`, from declared constants and the noise only); a private run
+        that still cannot certify (floating point) raises :class:`InexactSolveError` and releases
+        nothing (the committed budget is spent).
     jacobian_fraction : float, default 0.1
         Share of ε spent on the Jacobian term ("tight" only): larger means less added
         regularisation and more noise.
@@ -414,11 +477,14 @@ def private_objective_perturbation(
     σ_out is calibrated (analytic Gaussian, PLD) to sensitivity ``2r`` at ``f·(ε, δ)``.  Adaptive
     composition covers the pair, and the release (projected onto C when there is a set) is a
     function of it.  γ is declared, never
-    measured.  *Refusal*: when the certificate is not reached within ``max_iterations`` the run
-    raises :class:`InexactSolveError` and releases nothing; that outcome is a data-dependent bit the
-    (ε, δ) statement does not cover (with the defaults it is not observed on problems within their
-    declared bounds: keep ``max_iterations`` large, and treat a refusal as a failed run, not as a
-    value to act on).  Without a budget nothing is private and an uncertified solve only warns.
+    measured.  *Refusal*: the solve cannot fail to certify for data-dependent reasons: if the
+    accelerated solver has not certified γ within ``max_iterations``, projected gradient runs from
+    x₀ for :func:`guaranteed_iterations` steps, a count computed from β, μ, γ and a bound on
+    ``‖x₀ − θ*‖`` that uses only L, λ, ζ, θ₀, C's diameter and ‖b‖ (noise, not data; the count is
+    not released), after which the certificate holds for every dataset in exact arithmetic.  Only
+    a floating-point failure can then raise :class:`InexactSolveError` (nothing is released and the
+    committed budget is spent).  Without a budget nothing is private and an uncertified solve only
+    warns.
     """
     if not isinstance(problem, ERMProblem):
         raise InvalidParameterError("problem: expected a dpopt.problems.ERMProblem")
@@ -515,6 +581,17 @@ def private_objective_perturbation(
 
     beta = hess + problem.l2_penalty + zeta
     mu_j = zeta + problem.l2_penalty
+    # public bound on ‖x0 − θ*‖ (declared constants and the noise b, never the data): at the start
+    # x0 = P_C(θ0), ‖∇J(x0)‖ <= L + l2_penalty‖x0‖ + ζ‖x0 − θ0‖ + ‖b‖ =: g0, and strong convexity
+    # gives ‖x0 − θ*‖ <= g0/μ (3g0/μ over a set, by certify_point's bound at x0; or C's diameter)
+    x_start = np.asarray(C.project(theta0), dtype=float) if C is not None else theta0
+    g0 = (
+        L2
+        + problem.l2_penalty * float(np.linalg.norm(x_start))
+        + zeta * float(np.linalg.norm(x_start - theta0))
+        + float(np.linalg.norm(b))
+    )
+    d0 = math.inf if mu_j <= 0 else g0 / mu_j if C is None else min(C.diameter, 3 * g0 / mu_j)
     solve = certified_minimize(
         fun,
         grad,
@@ -524,6 +601,7 @@ def private_objective_perturbation(
         mu_j if mu_j > 0 else 1.0,  # non-private, unregularised: the distance bound is unused
         tol=tol,
         max_iterations=max_iterations,
+        initial_distance=d0,
     )
     if not solve.certified:
         if bud is not None:

@@ -135,7 +135,10 @@ def private_output_perturbation(
         declared smoothness bound) must be certified to be at most ``tol``; it enters the
         sensitivity (``+2γ/λ`` unconstrained, ``+4γ/λ`` over a constraint set).
     max_iterations : int, default 50000
-        Cap on the inner solver.  A private run that cannot certify ``tol`` within it raises
+        Cap on the accelerated inner solver.  If it has not certified ``tol`` by then, plain
+        projected gradient runs for the public number of steps that provably certifies it
+        (:func:`~dpopt.solvers.objective_perturbation.guaranteed_iterations` from β, λ, ``tol`` and
+        the solution radius R); a private run that still cannot certify (floating point) raises
         :class:`~dpopt.solvers.objective_perturbation.InexactSolveError` and releases nothing.
 
     Returns
@@ -163,11 +166,12 @@ def private_output_perturbation(
     Gaussian noise ``N(0, σ² I)`` is calibrated to (ε, δ) for sensitivity Δ and the event
     ``GaussianEvent(σ, Δ)`` is composed (PLD) before the noise is drawn.  Constants come from the
     declared bounds, λ and the declared γ only; a release over a constraint set is projected onto
-    it (post-processing).  *Refusal*: a solve that is not certified within ``max_iterations`` raises
-    :class:`~dpopt.solvers.objective_perturbation.InexactSolveError` and releases nothing; that
-    outcome is a data-dependent bit the (ε, δ) statement does not cover (keep ``max_iterations``
-    large and treat a refusal as a failed run).  Without a budget nothing is private and an
-    uncertified solve only warns.
+    it (post-processing).  *Refusal*: the solve cannot fail to certify for data-dependent reasons:
+    after ``max_iterations`` accelerated steps, projected gradient from 0 runs for a number of steps
+    computed from β, λ, γ and ``‖0 − θ*‖ <= R`` (declared constants only), which certifies γ for
+    every dataset in exact arithmetic; only a floating-point failure can then raise
+    :class:`~dpopt.solvers.objective_perturbation.InexactSolveError` (nothing is released).
+    Without a budget nothing is private and an uncertified solve only warns.
     """
     if not isinstance(problem, ERMProblem):
         raise InvalidParameterError("problem: expected a dpopt.problems.ERMProblem")
@@ -216,6 +220,7 @@ def private_output_perturbation(
         lam,
         tol=tol,
         max_iterations=max_iterations,
+        initial_distance=radius,  # ‖0 − θ*‖ <= R (solution_radius, declared constants only)
     )
     if not solve.certified:
         if bud is not None:
