@@ -345,14 +345,15 @@ def test_baseline_with_an_approximate_row_space(monkeypatch, tilt, outcome):
 
 
 @pytest.mark.parametrize(
-    ("shape", "rank"),
-    [((2, 2, 2, 2, 2), 16), ((2,) * 8, 37), ((4, 4, 4, 4), 67)],
+    ("shape", "k", "rank"),
+    [((2, 2, 2, 2, 2), 2, 16), ((2,) * 8, 2, 37), ((4, 4, 4, 4), 2, 67), ((2, 2, 2, 2, 2), 3, 26)],
 )
-def test_certified_bound_never_exceeds_exact_optimum_on_singular_workloads(shape, rank):
+def test_certified_bound_never_exceeds_exact_optimum_on_singular_workloads(shape, k, rank):
     # issue 12 §4: on dense 2-way marginals the clipped-eigenvalue SVD bound exceeded the exact
     # (closed-form) optimum by 1.7e-8 (rank 16 of 32, negative gap), 8.8e-8 ((2,)*8, n = 256) and
     # 3.5e-8 ((4,)*4, n = 256): rounding-level null eigenvalues contributed sqrt(noise) each.
-    M = wl.marginals(shape, 2)
+    # (rank 26 of 32 takes the dual method's full eigendecomposition path, the others its SVD path)
+    M = wl.marginals(shape, k)
     exact = optimize_strategy(M).objective  # the optimum in closed form (residual basis)
     dense = wl.from_matrix(M.matrix())
     V = dense.gram()
@@ -363,6 +364,7 @@ def test_certified_bound_never_exceeds_exact_optimum_on_singular_workloads(shape
     assert res.converged and 0.0 <= res.gap <= 1e-6
     assert max(res.lower_bound, res.svd_bound, res.dual_bound) <= exact <= res.objective * (1 + 1e-12)
     assert "lower_bound_lowered_by" not in res.params  # the bound is rigorous, not clamped
+    assert all(0.0 <= h["gap"] and h["lower_bound"] <= exact for h in res.history)  # per iteration too
     # the bound stays tight: rigour costs only rounding-level slack
     assert res.lower_bound >= exact * (1 - 1e-10)
     # the old certificate (square roots of eigenvalues clipped at 0) does exceed the optimum here

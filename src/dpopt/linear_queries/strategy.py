@@ -495,8 +495,10 @@ class COAParams:
 class _DualEvaluator:
     """Evaluates M(y), the lower bound and the two primal candidates, full or low-rank path."""
 
-    def __init__(self, V: FloatArray, w: FloatArray, Q: FloatArray, low_rank: bool):
+    def __init__(self, V: FloatArray, w: FloatArray, Q: FloatArray, low_rank: bool, root_lower: float = 0.0):
         self.V = V
+        self.root_lower = root_lower  # certified lower bound on Σ sqrt λ(V)
+        self.tr_lower = 0.0  # certified lower bound on tr M(y) for the last evaluated y
         self.n = V.shape[0]
         self.low_rank = low_rank
         self.w: FloatArray | None = w
@@ -514,13 +516,21 @@ class _DualEvaluator:
         if not self.low_rank and self.w is not None and np.all(y == y[0]):
             # y = c·1: B = cV, whose eigendecomposition is already known
             self.sigma, self.vecs = np.sqrt(y[0] * self.w), self.Q
+            self.tr_lower = _round_down(math.sqrt(y[0]) * self.root_lower, 2)
         elif self.low_rank:
-            _, sig, Pt = sla.svd(self.F * s[None, :], full_matrices=False, lapack_driver="gesdd")
+            Fs = self.F * s[None, :]
+            # singular values are computed to within p(n) eps ‖Fs‖₂ (backward stability + Weyl);
+            # this bounds tr M for FᵀF, which the final certificate (on V itself) replaces
+            tau = 2.0 * (sum(Fs.shape) + 2) * _EPS * float(np.linalg.norm(Fs)) * (1 + Fs.size * _EPS)
+            _, sig, Pt = sla.svd(Fs, full_matrices=False, lapack_driver="gesdd")
             self.sigma, self.vecs = sig, Pt.T  # M = P diag(sig) Pᵀ
+            self.tr_lower = _round_down(math.fsum(np.clip(sig - tau, 0.0, None).tolist()), 2)
         else:
             B = s[:, None] * self.V * s[None, :]
+            tau = _eig_null_threshold(B)
             lam, Qb = sla.eigh(B, driver="evd", overwrite_a=True, check_finite=False)
             self.sigma, self.vecs = np.sqrt(np.clip(lam, 0.0, None)), Qb
+            self.tr_lower = _sqrt_trace_lower(lam, tau)
         self.diag_M = np.einsum("ij,j,ij->i", self.vecs, self.sigma, self.vecs)
         return float(self.sigma.sum()), self.diag_M
 
@@ -552,10 +562,11 @@ def _solve_dual(
     callback: _IterateCallback | None,
     w: FloatArray,
     Q: FloatArray,
+    root_lower: float = 0.0,
 ) -> tuple[FloatArray, float, float, str, int, list[dict[str, Any]], FloatArray]:
     n = V.shape[0]
     rank = int(np.sum(w > w.max() * n * np.finfo(float).eps))
-    ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n)
+    ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n, root_lower=root_lower)
     u = np.full(n, math.log(max(np.sqrt(w).sum() / n, 1e-300)))
     best_lb, best_ub = -math.inf, math.inf
     best: tuple[FloatArray, str] | None = None
@@ -571,7 +582,7 @@ def _solve_dual(
         y = np.exp(u)
         trM, diagM = ev.evaluate(y)
         d = diagM / y
-        lb = trM**2 / y.sum()
+        lb = _round_down(ev.tr_lower**2 / (math.fsum(y.tolist()) * (1 + 4 * _EPS)), 2)
         ub_uniform = trM * float(d.max())
         ub_norm = ev.normalized_objective(d)
         if lb > best_lb:  # the fast bound steers the iteration; the certificate is recomputed at best_y
@@ -960,7 +971,8 @@ def _optimize(
     lam, Q = sla.eigh(V, driver="evd")
     w = np.clip(lam, 0.0, None)
     # certified: eigenvalues within eigh's error bound of 0 count as 0, the rest are lowered by it
-    svd_bound = _round_down(_sqrt_trace_lower(lam, _eig_null_threshold(V)) ** 2 / n, 2)
+    root_lower = _sqrt_trace_lower(lam, _eig_null_threshold(V))
+    svd_bound = _round_down(root_lower**2 / n, 2)
     history: list[dict[str, Any]] = []
     run_params: dict[str, Any] = {"tol": tol}
     user_callback = callback
@@ -982,6 +994,7 @@ def _optimize(
             callback=inner,
             w=w,
             Q=Q,
+            root_lower=root_lower,
         )
         run_params.update(max_iter=iters, anderson_memory=anderson_memory)
         dual_lb = dual_lower_bound(V, best_y)  # the certificate, rigorous in floating point
