@@ -32,7 +32,6 @@ from dpopt.experiments.runner import run_experiment
 #: Quick-scale runs measured slower than ~8 s (one seed, loaded 2-core machine, 2026-11-23), in seconds.
 #: Everything else registered runs in the default suite.
 SLOW_AT_QUICK_SCALE: dict[str, float] = {
-    "hamsi-table3.1": 233.0,  # 20 runs (2 algorithms x 2 schedules x 5 schemes) x 8 outer iterations
     "ttz-e3": 119.0,
     "kuru-fig4.12": 44.0,
     "coa-fig11": 35.0,
