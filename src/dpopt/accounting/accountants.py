@@ -642,8 +642,8 @@ class PldAccountant(Accountant):
         notes = []
         if kind != st.fallback:
             what = {
-                "gaussian": "its releases are all (unsampled) Gaussian, so the exact closed form of composed "
-                "Gaussians was used",
+                "gaussian": "its releases are all unsampled Gaussian, so the exact closed form of composed "
+                "Gaussians was used (tighter than the discretised PLD)",
                 "rdp": "the Rényi-DP bound was used instead (looser, still valid)",
                 "pure": "basic composition of the pure ε was used instead (looser, still valid)",
             }[kind]
