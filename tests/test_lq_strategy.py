@@ -147,7 +147,7 @@ def test_zero_columns_left_unmeasured():
 def test_paper_variant_runs_and_is_monotone():
     W = wl.random_ranges(64, 24, rng=6)
     res = optimize_strategy(W, method="paper")
-    assert res.status in ("objective_stalled", "max_iter", "line_search_failed")
+    assert res.status in ("converged", "max_iter", "failed")
     assert res.n_iter <= 30
     F = [h["regularized_objective"] for h in res.history]
     assert all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(F))
@@ -177,7 +177,7 @@ def test_line_search_failure_keeps_start():
             W, method="paper", params=COAParams(max_line_search=1, beta=0.1, sigma=0.4999)
         )
     assert res.objective <= np.trace(W.gram()) * (1 + 1e-12)
-    assert res.status in ("line_search_failed", "objective_stalled", "max_iter")
+    assert res.status in ("failed", "converged", "max_iter")
 
 
 def test_save_load_roundtrip(tmp_path):
@@ -277,7 +277,7 @@ def test_callback_and_progress():
         return info["iteration"] >= 2
 
     res = optimize_strategy(wl.random_ranges(40, 20, rng=0), tol=0.0, callback=stop_at_two, warn=False)
-    assert res.status == "stopped_by_callback" and seen == [1, 2]
+    assert res.status == "stopped" and res.nit == 2 and seen == [1, 2]
 
 
 @pytest.mark.parametrize("method", ["dual", "paper", "newton"])

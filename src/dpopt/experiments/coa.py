@@ -47,6 +47,7 @@ from dpopt.datasets import make_histogram
 from dpopt.exceptions import DPOptError
 from dpopt.experiments.plots import draw_lines, new_figure, save_figure
 from dpopt.experiments.registry import TOUR, Experiment, register
+from dpopt.iteration import IterationInfo
 from dpopt.linear_queries import StrategyResult, answer, expected_error, optimize_strategy
 from dpopt.linear_queries import workloads as wl
 from dpopt.linear_queries.baselines import baseline, gm_direct_objective
@@ -203,8 +204,8 @@ def _sweep(cfg: SweepConfig, rng: np.random.Generator) -> Iterator[dict[str, Any
 
 
 def _keep_strategy(store: list[np.ndarray]) -> Any:
-    def callback(info: dict[str, Any]) -> None:
-        store.append(info["strategy"])
+    def callback(info: IterationInfo) -> None:
+        store.append(info.x)
 
     return callback
 

@@ -63,6 +63,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dpopt._validation import as_float_array, check_int, check_nonneg, check_positive
 from dpopt.exceptions import ConvergenceWarning, InvalidParameterError
+from dpopt.iteration import Callback, IterationInfo, notify, wants_stop
 from dpopt.linear_queries.workloads import Kronecker, Marginals, Workload
 
 __all__ = [
@@ -113,11 +114,13 @@ class StrategyResult:
     method : str
         ``"dual"``, ``"paper"``, ``"newton"`` or the name of a baseline / given strategy.
     status : str
-        ``"converged"`` (gap <= tol), ``"objective_stalled"`` (paper's relative-decrease rule),
-        ``"max_iter"``, ``"max_time"``, ``"line_search_failed"``, ``"stopped_by_callback"`` or
-        ``"given"`` (evaluated, not optimized).
+        The shared statuses (:data:`dpopt.iteration.Status`): ``"converged"`` (gap <= tol, or for
+        ``"paper"`` its relative-decrease rule: ``params["stopping_rule"]`` says which),
+        ``"max_iter"``, ``"max_time"``, ``"failed"`` (a line search found no descent step),
+        ``"stopped"`` (the callback asked) or ``"completed"`` (a given strategy, evaluated, not
+        optimized).
     n_iter : int
-        Outer iterations performed.
+        Outer iterations performed (also :attr:`nit`).
     cpu_seconds, wall_seconds : float
         Time spent optimizing (the workload's Gram matrix excluded).
     history : tuple of dict
@@ -175,6 +178,16 @@ class StrategyResult:
     def converged(self) -> bool:
         """True when the optimizer met its tolerance."""
         return self.status == "converged"
+
+    @property
+    def nit(self) -> int:
+        """Outer iterations performed (the shared name; same as :attr:`n_iter`)."""
+        return self.n_iter
+
+    @property
+    def success(self) -> bool:
+        """True unless the optimizer failed or was stopped before meeting its tolerance."""
+        return self.status in ("converged", "completed")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save to ``path`` (``.npz``: the strategy plus JSON metadata).  Load with :meth:`load`."""
@@ -605,7 +618,7 @@ def _solve_dual(
         }
         history.append(rec)
         if callback is not None and best_A is not None and callback(dict(rec), best_A):
-            status = "stopped_by_callback"
+            status = "stopped"
             break
         if gap <= tol:
             status = "converged"
@@ -700,7 +713,7 @@ def _primal_newton(
                 accepted = True
                 break
         if not accepted or Xt is None or Zt is None:
-            status = "line_search_failed"
+            status = "failed"
             break
         F_old = F
         X, Z, F = Xt, Zt, Ft
@@ -726,13 +739,13 @@ def _primal_newton(
             rec["gap"] = (obj - best_lb) / best_lb if best_lb > 0 else math.inf
         history.append(rec)
         if callback is not None and callback(dict(rec), _strategy_from_X(X)):
-            status = "stopped_by_callback"
+            status = "stopped"
             break
         if certify and rec["gap"] <= tol:
             status = "converged"
             break
         if not certify and abs(F_old - F) / abs(F_old) <= params.accuracy:
-            status = "objective_stalled"
+            status = "converged"  # the paper's relative-decrease rule (no certificate)
             break
         if max_time is not None and time.process_time() - t0 > max_time:
             status = "max_time"
@@ -768,7 +781,7 @@ def optimize_strategy(
     max_time: float | None = None,
     params: COAParams | None = None,
     anderson_memory: int = 5,
-    callback: Callable[[dict[str, Any]], Any] | None = None,
+    callback: Callback | None = None,
     max_memory: float | None = None,
     warn: bool = True,
     progress: bool = False,
@@ -793,9 +806,11 @@ def optimize_strategy(
     anderson_memory : int, default 5
         Anderson-mixing memory of the dual method (0 = plain fixed point).
     callback : callable, optional
-        Called with a dict per iteration (the history record plus ``"strategy"``, the current
-        iterate as an array of shape (p, n) with column norms at most one; for ``"dual"`` the best
-        strategy so far); return True to stop.
+        ``callback(info)`` after every iteration with a :class:`dpopt.iteration.IterationInfo`:
+        ``info.nit``, ``info.x`` (= ``info["strategy"]``, the current iterate as an array of shape
+        (p, n) with column norms at most one; for ``"dual"`` the best strategy so far) and the
+        history record's fields (``info["objective"]``, ``info["lower_bound"]``, ``info["gap"]``,
+        ...); returning ``True`` or raising ``StopIteration`` stops (status ``"stopped"``).
     max_memory : float, optional
         Memory limit in bytes (default: the available physical memory).  The optimizer refuses,
         with its estimate, when it would need more.
@@ -913,8 +928,8 @@ def _blas_threads(n: int) -> contextlib.AbstractContextManager[Any]:
 
 
 def _progress_bar(
-    n: int, method: str, tol: float, callback: Callable[[dict[str, Any]], Any] | None
-) -> tuple[Any, Callable[[dict[str, Any]], Any]]:
+    n: int, method: str, tol: float, callback: Callback | None
+) -> tuple[Any, Callback]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -935,12 +950,10 @@ def _progress_bar(
     bar.start()
     user = callback
 
-    def cb(info: dict[str, Any]) -> Any:
-        gap = info.get("gap")
-        bar.update(
-            task, completed=info["iteration"], gap="-" if gap is None else f"{gap:.2e} (target {tol:.0e})"
-        )
-        return user(info) if user is not None else None
+    def cb(info: IterationInfo) -> bool:
+        gap = info["gap"] if "gap" in info else None
+        bar.update(task, completed=info.nit, gap="-" if gap is None else f"{gap:.2e} (target {tol:.0e})")
+        return wants_stop(user, info)
 
     return bar, cb
 
@@ -962,7 +975,7 @@ def _optimize(
     max_time: float | None,
     params: COAParams,
     anderson_memory: int,
-    callback: Callable[[dict[str, Any]], Any] | None,
+    callback: Callback | None,
     warn: bool,
     t0: float,
     w0: float,
@@ -977,9 +990,9 @@ def _optimize(
     run_params: dict[str, Any] = {"tol": tol}
     user_callback = callback
 
-    def with_iterate(rec: dict[str, Any], A_it: FloatArray) -> Any:
-        assert user_callback is not None
-        return user_callback({**rec, "strategy": _embed(A_it, support, n_full)})
+    def with_iterate(rec: dict[str, Any], A_it: FloatArray) -> bool:
+        strategy = _embed(A_it, support, n_full)
+        return notify(user_callback, int(rec["iteration"]), strategy, **rec, strategy=strategy)
 
     inner = None if user_callback is None else with_iterate
     if method == "dual":
@@ -1011,6 +1024,7 @@ def _optimize(
                 "use theta > 0, the homotopy, or method='dual', which handles singular workloads exactly"
             )
         if method == "paper":
+            run_params["stopping_rule"] = "relative objective decrease <= accuracy (the paper's; no certificate)"
             X = np.eye(n)
             thetas = [params.theta]
             if params.homotopy:
@@ -1037,7 +1051,7 @@ def _optimize(
                     k0=n_iter,
                 )
                 n_iter += k
-                if status in ("stopped_by_callback", "max_time"):
+                if status in ("stopped", "max_time"):
                     break
             dual_lb = -math.inf
         else:  # newton
@@ -1098,7 +1112,7 @@ def _optimize(
             ConvergenceWarning,
             stacklevel=3,
         )
-    if warn and method != "paper" and status not in ("converged", "stopped_by_callback"):
+    if warn and method != "paper" and status not in ("converged", "stopped"):
         import warnings
 
         warnings.warn(
@@ -1275,7 +1289,7 @@ def evaluate_strategy(
         svd_bound=svd,
         gap=gap,
         method=name,
-        status="given",
+        status="completed",
         n_iter=0,
         cpu_seconds=time.process_time() - t0,
         wall_seconds=time.perf_counter() - w0,
