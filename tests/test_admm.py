@@ -166,7 +166,9 @@ def test_same_seed_same_result_and_seed_matters() -> None:
     a, b, c = alg.run(data, rng=1), alg.run(data, rng=1), alg.run(data, rng=2)
     assert np.array_equal(a.models, b.models)
     assert not np.array_equal(a.models, c.models)
-    s = alg.run(data, rng="secure")
+    with pytest.raises(InvalidParameterError, match="secure"):  # no hardened sampler: refused
+        alg.run(data, rng="secure")
+    s = alg.run(data, rng=None)
     assert np.all(np.isfinite(s.models))
 
 

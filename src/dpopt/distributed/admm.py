@@ -346,7 +346,9 @@ class PrivateADMM:
     *Calibration*: ``"paper"`` — the bound of Thm 4.1 as stated (dpopt has found no error in it
     under the assumptions above).  Randomness: noise draws are keyed by (run seed, node, round), so
     a replayed round (recovery after a worker failure) releases the same values and spends nothing
-    extra.  With ``rng="secure"`` the run key is drawn from the OS CSPRNG and never stored.
+    extra.  ``rng="secure"`` is refused for the private methods (no hardened l2-Laplace sampler:
+    the noise is floating point, drawn from keyed streams); ``None`` draws the run key from fresh OS
+    entropy.
     """
 
     def __init__(
@@ -517,8 +519,9 @@ class PrivateADMM:
         ----------
         data : sequence of (X_i, y_i)
             One pair per node: X_i of shape (B_i, d), labels in {−1, +1}.
-        rng : int, Generator, "secure" or None
+        rng : int, Generator or None
             Run key for initialisation and noise (every draw keyed by node, round and purpose).
+            ``"secure"`` is refused for the private methods (no hardened sampler).
         engine : {"inprocess", "processes", "ray"} or Engine
             Where shards run.  An engine given by name is created and closed by this call; an Engine
             instance is left open.
@@ -597,9 +600,15 @@ class PrivateADMM:
         alpha = self._alpha_table(sizes) if private else None
         if isinstance(self.init, np.ndarray) and self.init.shape != (n, dim):
             raise InvalidParameterError(f"init: expected shape ({n}, {dim})")
+        g = check_rng(rng)
+        if private and isinstance(g, SecureRNG):  # refused before anything is spent or drawn
+            raise InvalidParameterError(
+                "rng='secure': private ADMM has no hardened sampler (its l2-Laplace noise is drawn in "
+                "floating point from streams keyed by (run key, node, round) so that a restarted round "
+                "replays the same noise); pass an int seed or None (fresh OS entropy for the run key)"
+            )
         self._commit(private, claim_holds, float(ledger[-1].max()) if private else math.inf, accountant)
         # run key
-        g = check_rng(rng)
         if isinstance(g, SecureRNG):
             key = (secrets.randbits(63), secrets.randbits(63))
         else:
