@@ -22,14 +22,7 @@ from numpy.typing import NDArray
 from scipy import optimize, special
 
 from dpopt._validation import check_int, check_positive
-from dpopt.accounting import (
-    Accountant,
-    Budget,
-    ComposedEvent,
-    EpsilonDeltaEvent,
-    GaussianEvent,
-    PrivacyEvent,
-)
+from dpopt.accounting import Accountant, Budget, EpsilonDeltaEvent, PrivacyEvent, gaussian_sigma
 from dpopt.exceptions import ConvergenceWarning, DPOptError, InvalidParameterError
 from dpopt.mechanisms import gaussian_noise
 from dpopt.problems import ERMProblem
@@ -40,7 +33,6 @@ from dpopt.solvers.minimize import (
     check_accountant,
     check_calibration,
     commit_privacy,
-    gaussian_sigma_for_steps,
     nonprivate_diagnostics,
     parse_budget,
 )
@@ -445,8 +437,8 @@ def private_objective_perturbation(
     -------
     (ε, δ)-DP under **replace-one** neighbours for GLM losses with declared bounds.  The budget is
     split: ``(1 − f)(ε, δ)`` for the exact perturbed minimiser θ* and ``f·(ε, δ)`` for an output
-    Gaussian (f = ``inexact_fraction``); the run is recorded as the composition of the two
-    (``EpsilonDeltaEvent`` ∘ ``GaussianEvent``), committed before any noise is drawn.
+    Gaussian (f = ``inexact_fraction``); by basic composition the run is (ε, δ)-DP and is recorded
+    as one ``EpsilonDeltaEvent(ε, δ)``, committed before any noise is drawn.
 
     *Exact minimiser.*  With L = ``problem.lipschitz("l2")`` and λ = ``problem.smoothness()`` (both
     from the declared bounds), the density ratio of θ* between neighbours is at most
@@ -462,8 +454,8 @@ def private_objective_perturbation(
     ``σ = L sqrt(8 log(2/δ) + 4ε)/(nε)``) correspond to a gradient difference of L/n (one record
     added or removed); under replace-one this analysis certifies a larger ε, and [TTZ]'s
     ``σ² = 2L² log(1/δ)/(nε)²`` is smaller still (both keep the seed's constants at the full
-    (ε, δ), so their claim is the seed's and ``privacy.true_epsilon`` composes the χ₂ figure for θ*
-    at ``(1 − f)δ`` with the output Gaussian).  For a constraint set the argument follows KST's
+    (ε, δ), so their claim is the seed's and ``privacy.true_epsilon`` is the χ₂ figure for θ* at
+    ``(1 − f)δ`` plus the output Gaussian's ``fε``).  For a constraint set the argument follows KST's
     extension to convex domains.
 
     *Inexact solve* (approximate minima perturbation, Iyengar et al. 2019).  The perturbed
@@ -474,10 +466,9 @@ def private_objective_perturbation(
     ``θ̂ + N(0, σ_out² I)``: view it as θ* (released first, covered above) followed by a Gaussian
     mechanism whose mean ``θ* + e`` with ``e = θ̂ − θ*`` depends on the data and on θ* only through
     a vector of norm <= r, so for a fixed θ* the means under two neighbours differ by at most 2r;
-    σ_out is calibrated (analytic Gaussian, PLD) to sensitivity ``2r`` at ``f·(ε, δ)``.  Adaptive
-    composition covers the pair, and the release (projected onto C when there is a set) is a
-    function of it.  γ is declared, never
-    measured.  *Refusal*: the solve cannot fail to certify for data-dependent reasons: if the
+    σ_out is the analytic-Gaussian (Balle-Wang) level for sensitivity ``2r`` at ``f·(ε, δ)``.
+    Adaptive composition covers the pair, and the release (projected onto C when there is a set)
+    is a function of it.  γ is declared, never measured.  *Refusal*: the solve cannot fail to certify for data-dependent reasons: if the
     accelerated solver has not certified γ within ``max_iterations``, projected gradient runs from
     x₀ for :func:`guaranteed_iterations` steps, a count computed from β, μ, γ and a bound on
     ``‖x₀ − θ*‖`` that uses only L, λ, ζ, θ₀, C's diameter and ‖b‖ (noise, not data; the count is
@@ -543,23 +534,20 @@ def private_objective_perturbation(
                 "objective perturbation needs a strongly convex perturbed objective (ζ + l2_penalty > 0)"
             )
         sens_out = 2 * (tol if C is None else 2 * tol) / mu
-        sigma_out = gaussian_sigma_for_steps(out_share, sens_out, 1)
-        output = GaussianEvent(sigma_out, sens_out)
+        # analytic Gaussian (Balle-Wang): exactly (fε, fδ)-DP at sensitivity 2r, for any ε
+        sigma_out = gaussian_sigma(out_share.epsilon, out_share.delta, sens_out)
         if calibration == "tight":
-            objective = EpsilonDeltaEvent(
-                op_share.epsilon, op_share.delta, rule="objective-perturbation-replace-one"
-            )
-            event = ComposedEvent((objective, output))
+            # basic composition of the two shares: (1 − f)(ε, δ) + f(ε, δ) = (ε, δ)
+            event = EpsilonDeltaEvent(bud.epsilon, bud.delta, rule="objective-perturbation-replace-one+amp")
         else:
             true_eps = replace_one_epsilon(sigma, mu, lipschitz=L2, hessian=hess, n=n, delta=op_share.delta)
             truth = EpsilonDeltaEvent(
-                max(true_eps, op_share.epsilon), op_share.delta, rule="replace-one-analysis"
+                max(true_eps, op_share.epsilon) + out_share.epsilon,
+                bud.delta,
+                rule="replace-one-analysis+amp",
             )
             event = EpsilonDeltaEvent(
-                bud.epsilon,
-                bud.delta,
-                source=ComposedEvent((truth, output)),
-                rule=f"{calibration}-objective-perturbation",
+                bud.epsilon, bud.delta, source=truth, rule=f"{calibration}-objective-perturbation"
             )
 
     privacy = commit_privacy(
