@@ -19,7 +19,8 @@ from dpopt.exceptions import PrivacyClaimWarning
 
 @pytest.fixture
 def memo_certify(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Memoise :func:`dpopt.accounting.certify` (it runs the PLD accountant, ~0.5 s per call).
+    """Memoise the noise calibration (``certify`` runs the PLD accountant, ~0.5 s per call;
+    ``gaussian_sigma`` ~3 ms).
 
     ``certify(make_event, start, budget, ...)`` is a deterministic function of the event family,
     which ``make_event(start)`` (an immutable, hashable event) identifies for a fixed caller; the
@@ -37,9 +38,18 @@ def memo_certify(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             memo[key] = orig(make_event, start, budget, **kw)
         return memo[key]
 
+    pure = {  # deterministic functions of hashable floats
+        name: functools.lru_cache(maxsize=None)(getattr(cal, name))
+        for name in ("gaussian_sigma", "laplace_scale")
+    }
+    originals = {orig: cached, **{getattr(cal, k): v for k, v in pure.items()}}
     for mod in list(sys.modules.values()):
-        if getattr(mod, "__name__", "").startswith("dpopt") and getattr(mod, "certify", None) is orig:
-            monkeypatch.setattr(mod, "certify", cached)
+        if not getattr(mod, "__name__", "").startswith("dpopt"):
+            continue
+        for attr in ("certify", *pure):
+            fn = getattr(mod, attr, None)
+            if fn is not None and fn in originals:
+                monkeypatch.setattr(mod, attr, originals[fn])
     yield
 
 

@@ -22,7 +22,7 @@ from contract_helpers import (
     method_options,
     reference_problem,
 )
-from method_audit import audit_method, claimed_epsilon
+from method_audit import BUG_FACTOR, DEFAULT_RUNS, audit_method, claimed_epsilon
 from scipy.optimize import minimize as scipy_minimize
 
 from dpopt.accounting import Budget, PldAccountant
@@ -190,18 +190,21 @@ def test_reference_constraints_come_from_the_specs() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Audits with power.  The default run audits every method with 500 runs per dataset against the
+# Audits with power.  The default run audits every method with 1000 runs per dataset against the
 # 2x bug; ``pytest -m audit`` (tests/audit) repeats them with 10 000 runs and a factor 1.5 bug.
 
-AUDIT_RUNS = 500
+AUDIT_RUNS = 1000
 
 
 @pytest.mark.parametrize("name", METHODS)
 def test_audit_finds_no_violation_and_refutes_planted_bug(name: str, memo_certify: None) -> None:
     t0 = time.perf_counter()
     claim = claimed_epsilon(name)
-    good = audit_method(name, n_runs=AUDIT_RUNS, generator=np.random.Generator, seed=1)
-    bad = audit_method(name, n_runs=AUDIT_RUNS, generator=HalfNoiseGenerator, seed=1)
+    runs = DEFAULT_RUNS.get(name, AUDIT_RUNS)
+    good = audit_method(name, n_runs=runs, generator=np.random.Generator, seed=1)
+    bad = audit_method(
+        name, n_runs=runs, generator=HalfNoiseGenerator, seed=1, factor=1 / BUG_FACTOR.get(name, 2.0)
+    )
     elapsed = time.perf_counter() - t0
     assert not good.refutes(claim), f"{name}: claim ε={claim:.3f} at δ=0.05 refuted\n{good}"
     assert bad.refutes(claim), f"{name}: the audit has no power (claim ε={claim:.3f})\n{bad}"
