@@ -205,7 +205,7 @@ def _sweep(cfg: SweepConfig, rng: np.random.Generator) -> Iterator[dict[str, Any
 
 def _keep_strategy(store: list[np.ndarray]) -> Any:
     def callback(info: IterationInfo) -> None:
-        store.append(info.x)
+        store.append(info["strategy"])
 
     return callback
 

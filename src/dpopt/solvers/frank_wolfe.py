@@ -39,7 +39,7 @@ from dpopt.accounting import (
 )
 from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback, Status, notify
-from dpopt.mechanisms import ReportNoisyMin, gaussian_noise, laplace_noise
+from dpopt.mechanisms import GaussianMechanism, ReportNoisyMin, laplace_noise
 from dpopt.problems import ERMProblem, L1Ball, Simplex, SquaredLoss, VertexSet
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
 from dpopt.solvers._result import OptimizeResult
@@ -304,7 +304,7 @@ def private_frank_wolfe(
         )
     else:
         (theta, done), used_gram = (
-            _run_gaussian(problem, Xc, yc, steps, T, scale, step_rule, gen, callback),
+            _run_gaussian(problem, Xc, yc, steps, T, scale, sens, step_rule, gen, callback),
             False,
         )
     status: Status = "completed" if done == steps else "stopped"
@@ -429,18 +429,19 @@ def _run_gaussian(
     steps: int,
     T: int,
     sigma: float,
+    sens: float,
     step_rule: str,
     gen: np.random.Generator | SecureRNG,
     callback: Callback | None = None,
 ) -> tuple[Array, int]:
     C = problem.constraint
     assert C is not None
-    _n, p = X.shape
     theta = C.center()
+    noisy = GaussianMechanism(sigma, sens) if sigma > 0 else None
     for t in range(1, steps + 1):
         g = problem.gradient(theta, X, y)
-        if sigma > 0:
-            g = g + gaussian_noise(sigma, p, rng=gen)
+        if noisy is not None:  # secure rng: snapped to the noise grid, exact sampler
+            g = noisy.release(g, rng=gen)
         s = C.lmo(g)
         mu = _mu(t, T, step_rule)
         theta = (1 - mu) * theta + mu * s

@@ -33,7 +33,7 @@ from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, EpsilonDeltaEvent, GaussianEvent, PrivacyEvent, RepeatedEvent
 from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback, Status, notify
-from dpopt.mechanisms import gaussian_noise
+from dpopt.mechanisms import GaussianMechanism
 from dpopt.problems import ConstraintSet, ERMProblem, GroupL1Ball, NuclearBall, VertexSet
 from dpopt.randomness import RNGLike, check_rng
 from dpopt.solvers._result import OptimizeResult
@@ -407,8 +407,9 @@ def noisy_mirror_descent(
     (T Gaussians compose exactly to one Gaussian with σ/sqrt(T)).  ``"paper"``:
     ``σ² = 32 L² T log²(T/δ)/(εn)²`` ([TTZ] Alg. 1; sound by the zCDP check of the spec, the
     verified ε is reported in ``result.privacy.verified_epsilon``).  The averaged output and all
-    iterates are post-processing of the noisy gradients.  Noise is drawn with
-    :func:`dpopt.mechanisms.gaussian_noise` (exact discrete sampler with ``rng="secure"``).
+    iterates are post-processing of the noisy gradients.  Each step is a
+    :class:`dpopt.mechanisms.GaussianMechanism` release (with ``rng="secure"``: the gradient snapped
+    to the noise grid and the exact discrete sampler, with the grid's sensitivity accounted).
     """
     if not isinstance(problem, ERMProblem):
         raise InvalidParameterError("problem: expected a dpopt.problems.ERMProblem")
@@ -486,6 +487,7 @@ def noisy_mirror_descent(
     )
     gen = check_rng(rng)
 
+    noisy = GaussianMechanism(sigma, sens) if sigma > 0 else None
     state = geom.init()
     total = np.zeros(p)
     done, status = T, cast(Status, "completed")
@@ -493,8 +495,8 @@ def noisy_mirror_descent(
         theta = geom.theta(state)
         total += theta
         h = problem.gradient(theta, Xc, yc)
-        if sigma > 0:
-            h = h + gaussian_noise(sigma, p, rng=gen)
+        if noisy is not None:
+            h = noisy.release(h, rng=gen)  # secure rng: snapped to the noise grid, exact sampler
         eta = eta0 / t if rule == "strongly_convex" else eta0
         state = geom.step(state, h, eta)
         if t < T and notify(callback, t, total / t):
