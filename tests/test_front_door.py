@@ -176,3 +176,16 @@ def test_erm_callbacks_follow_the_one_protocol(method: str) -> None:
     full = minimize(P, X, y, method=method, budget=Budget(1.0, 1e-5), rng=0, max_iter=20,
                     callback=lambda info: False)
     assert full.status == "completed"
+
+
+def test_secure_rng_is_hardened_or_refused_for_the_perturbation_methods() -> None:
+    X, y = _logistic()
+    P = ERMProblem(LogisticLoss(), DataBounds(1.0), L2Ball(5), l2_penalty=0.1)
+    acct = make_accountant("pld", budget=Budget(2.0, 1e-4), neighbouring="replace_one")
+    with pytest.raises(InvalidParameterError, match="secure"):
+        minimize(P, X, y, method="objective_perturbation", budget=Budget(1.0, 1e-5), rng="secure",
+                 accountant=acct)
+    assert acct.n_events == 0  # refused before anything was spent
+    r = minimize(P, X, y, method="output_perturbation", budget=Budget(1.0, 1e-5), rng="secure", accountant=acct)
+    assert r.status == "converged" and acct.n_events == 1 and P.constraint is not None
+    assert P.constraint.contains(r.solution)

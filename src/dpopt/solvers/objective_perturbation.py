@@ -26,7 +26,7 @@ from dpopt.accounting import Accountant, Budget, EpsilonDeltaEvent, PrivacyEvent
 from dpopt.exceptions import ConvergenceWarning, DPOptError, InvalidParameterError
 from dpopt.mechanisms import gaussian_noise
 from dpopt.problems import ERMProblem
-from dpopt.randomness import RNGLike, check_rng
+from dpopt.randomness import RNGLike, SecureRNG, check_rng
 from dpopt.solvers._result import OptimizeResult, Status
 from dpopt.solvers.minimize import (
     BudgetLike,
@@ -550,6 +550,14 @@ def private_objective_perturbation(
                 bud.epsilon, bud.delta, source=truth, rule=f"{calibration}-objective-perturbation"
             )
 
+    gen = check_rng(rng)
+    if bud is not None and isinstance(gen, SecureRNG):  # refused before anything is spent
+        raise InvalidParameterError(
+            "rng='secure': objective perturbation's noise enters the objective, and its proof needs a "
+            "continuous noise density (a noise vector on a grid is not covered: a neighbour's minimiser "
+            "would need off-grid noise); use output_perturbation or a DP gradient method with "
+            "rng='secure', or an int seed / None here"
+        )
     privacy = commit_privacy(
         event,
         budget=bud,
@@ -557,7 +565,6 @@ def private_objective_perturbation(
         accountant=acct,
         label="objective-perturbation",
     )
-    gen = check_rng(rng)
     b = gaussian_noise(sigma, p, rng=gen) if sigma > 0 else np.zeros(p)
 
     def fun(theta: Array) -> float:

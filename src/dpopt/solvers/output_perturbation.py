@@ -20,7 +20,7 @@ from scipy import special
 from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, GaussianEvent, PrivacyEvent
 from dpopt.exceptions import ConvergenceWarning, InvalidParameterError
-from dpopt.mechanisms import gaussian_noise
+from dpopt.mechanisms import GaussianMechanism
 from dpopt.problems import ERMProblem, LogisticLoss, Loss
 from dpopt.randomness import RNGLike, check_rng
 from dpopt.solvers._result import OptimizeResult, Status
@@ -200,7 +200,6 @@ def private_output_perturbation(
         event = GaussianEvent(sigma, sens)
     privacy = commit_privacy(event, budget=bud, kind="pld", accountant=acct, label="output-perturbation")
     gen = check_rng(rng)
-    noise = gaussian_noise(sigma, p, rng=gen) if sigma > 0 else np.zeros(p)
 
     from dpopt.solvers.objective_perturbation import InexactSolveError, certified_minimize
 
@@ -237,7 +236,9 @@ def private_output_perturbation(
             stacklevel=2,
         )
     theta = solve.point
-    release = theta + noise
+    # one Gaussian release of the certified point (rng="secure": snapped to the noise grid, exact
+    # sampler, the grid's sensitivity accounted); the same draws as before for seeded generators
+    release = np.asarray(GaussianMechanism(sigma, sens).release(theta, rng=gen), dtype=float) if sigma > 0 else theta
     if C is not None:  # post-processing: the released point stays in C
         release = np.asarray(C.project(release), dtype=float)
     status: Status = "converged" if solve.certified else "max_iter"
