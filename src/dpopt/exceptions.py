@@ -11,6 +11,7 @@ __all__ = [
     "BudgetExceededError",
     "ConvergenceWarning",
     "DPOptError",
+    "InexactSolveError",
     "InvalidParameterError",
     "MissingDataBoundsError",
     "PrivacyClaimWarning",
@@ -43,6 +44,15 @@ class BudgetExceededError(DPOptError):
 
 class UnsupportedEventError(DPOptError, TypeError):
     """An accountant cannot analyse the given privacy event (or a precondition of its rule fails)."""
+
+
+class InexactSolveError(DPOptError, RuntimeError):
+    """The inner solver could not certify the declared tolerance; nothing was released.
+
+    The privacy analysis of objective and output perturbation covers a computed point only when its
+    gradient-mapping norm is certified to be at most the declared ``tol``.  The budget committed to
+    the run is spent (it was composed before any noise was drawn).
+    """
 
 
 class ConvergenceWarning(UserWarning):

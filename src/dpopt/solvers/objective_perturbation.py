@@ -23,7 +23,7 @@ from scipy import optimize, special
 
 from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, Budget, EpsilonDeltaEvent, PrivacyEvent, gaussian_sigma
-from dpopt.exceptions import ConvergenceWarning, DPOptError, InvalidParameterError
+from dpopt.exceptions import ConvergenceWarning, InexactSolveError, InvalidParameterError
 from dpopt.mechanisms import gaussian_noise
 from dpopt.problems import ERMProblem
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
@@ -147,15 +147,6 @@ def replace_one_calibration(
     eps2 = epsilon - eps1
     z = _noise_multiplier(eps2, delta)
     return z * 2 * lipschitz / n, zeta
-
-
-class InexactSolveError(DPOptError, RuntimeError):
-    """The inner solver could not certify the declared tolerance; nothing was released.
-
-    The privacy analysis of objective and output perturbation covers a computed point only when its
-    gradient-mapping norm is certified to be at most the declared ``tol``.  The budget committed to
-    the run is spent (it was composed before any noise was drawn).
-    """
 
 
 @dataclass(frozen=True)
