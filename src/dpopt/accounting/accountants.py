@@ -57,6 +57,7 @@ __all__ = [
     "PldAccountant",
     "PrivacySpent",
     "RdpAccountant",
+    "available_accountants",
     "make_accountant",
 ]
 
@@ -1027,3 +1028,8 @@ def make_accountant(
             f"accountant: unknown kind; choose one of {sorted(_KINDS)} (or 'paper' / 'tight')"
         )
     return _KINDS[name](budget=budget, neighbouring=neighbouring, **options)
+
+
+def available_accountants() -> list[str]:
+    """Kinds accepted by :func:`make_accountant` (without the aliases ``"paper"``/``"tight"``)."""
+    return sorted(_KINDS)
