@@ -43,16 +43,55 @@ def test_frank_wolfe_audit_finds_no_violation_and_catches_planted_bug():
     assert res_bad.epsilon_lower > res.epsilon_lower
 
 
-def test_mirror_descent_audit_finds_no_violation():
-    from dpopt.problems import L2Ball
+def test_mirror_descent_audit_finds_no_violation_and_catches_planted_bug():
+    """Noise-MD where its noise reaches the output (issue 12 §5; the old version at n = 4 returned θ₀
+    and still passed with the Lipschitz constant understated 2x and 4x).
 
-    prob = ERMProblem("smooth_hinge", DataBounds(1.0), L2Ball(1, 100.0))
+    n = 20 records, all with zero features except the first: (x = 0.1, y = ±1) in d0 / d1.  With the
+    smooth hinge of smoothing 0.1 in an l2 ball of radius 9 every margin stays in the loss's linear
+    part, so the differing record's gradient always has the declared norm.  Two planned steps (the
+    averaged output then carries the first step's noisy gradient).  The claim is mirror descent's own
+    privacy curve (its committed event in a PLD accountant) at δ = 0.05, where a threshold test on θ
+    has power: the correct solver is not refuted, the one told a Lipschitz constant half the true
+    one is.
+    """
+    from dpopt.accounting import make_accountant
+    from dpopt.problems import L2Ball, SmoothHingeLoss
 
-    def md(data, rng):
-        X, y = data
-        return minimize(prob, X, y, method="mirror_descent", budget=BUDGET, rng=rng, iterations=2).solution[0]
+    n, b, delta_a, budget = 20, 0.1, 0.05, Budget(4.0, 1e-5)
+    X = np.zeros((n, 1))
+    X[0, 0] = b
+    y0 = np.ones(n)
+    y1 = y0.copy()
+    y1[0] = -1.0
 
-    assert not audit(md, D0, D1, n_runs=3000, delta=BUDGET.delta, rng=1).refutes(EPS)
+    def problem(cls):
+        return cls(SmoothHingeLoss(0.1), DataBounds(b), L2Ball(1, 0.9 / b), l2_penalty=0.1)
+
+    def md(prob):
+        def run(y, rng):
+            return minimize(
+                prob, X, y, method="mirror_descent", budget=budget, rng=rng, iterations=2
+            ).solution[0]
+
+        return run
+
+    acct = make_accountant("pld", neighbouring="replace_one")
+    minimize(
+        problem(ERMProblem),
+        X,
+        y0,
+        method="mirror_descent",
+        budget=budget,
+        rng=0,
+        iterations=2,
+        accountant=acct,
+    )
+    claim = acct.epsilon(delta=delta_a)
+    good = audit(md(problem(ERMProblem)), y0, y1, n_runs=3000, delta=delta_a, rng=1, tests="threshold")
+    bad = audit(md(problem(_HalfLipschitz)), y0, y1, n_runs=3000, delta=delta_a, rng=1, tests="threshold")
+    assert not good.refutes(claim), str(good)
+    assert bad.refutes(claim), f"claim {claim:.3f}\n{bad}"
 
 
 def test_objective_perturbation_audit_finds_no_violation():
