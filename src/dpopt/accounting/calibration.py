@@ -256,6 +256,18 @@ def calibrate_noise(
     if q is None or q == 1.0:
         if family == "gaussian" and k == 1 and accountant in ("pld", "tight", "rdp"):
             return gaussian_sigma(budget.epsilon, budget.delta, sens)
+        if family == "gaussian" and accountant in ("pld", "tight"):
+            # k Gaussians compose exactly to one with σ/√k (Dong-Roth-Su): the closed form, nudged
+            # until the PLD accountant (pessimistic rounding) certifies it
+            return certify(
+                lambda p: RepeatedEvent(GaussianEvent(p, sens), k),
+                math.sqrt(k) * gaussian_sigma(budget.epsilon, budget.delta, sens),
+                budget,
+                accountant="pld",
+                neighbouring=neighbouring,
+                ratio=1.0005,
+                max_steps=2000,
+            )
         if family == "laplace" and (k == 1 or accountant in ("basic", "paper")):
             scale = k * sens / budget.epsilon
             if not (math.isfinite(scale) and scale > 0):

@@ -103,7 +103,12 @@ _METHODS: dict[str, MethodSpec] = {
         calibrations=("tight", "kst", "paper"),
         iterative=False,
         iteration_option="max_iterations",
-        ranges={"tol": (0, None, True), "max_iterations": (1, None), "jacobian_fraction": (0, 1, True, True)},
+        ranges={
+            "tol": (0, None, True),
+            "max_iterations": (1, None),
+            "jacobian_fraction": (0, 1, True, True),
+            "inexact_fraction": (0, 1, True, True),
+        },
     ),
     "frank_wolfe": MethodSpec(
         summary="Noise-FW: private Frank-Wolfe, exponential mechanism on polytope vertices ([TTZ] Algs. 4-5)",
