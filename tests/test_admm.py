@@ -67,7 +67,7 @@ def test_centralized_solution_matches_scipy() -> None:
 def test_nonprivate_reaches_centralized_optimum(topo, method, penalty) -> None:
     data = _data(n_nodes=topo.n_nodes, how="dirichlet")
     fc = centralized_solution(data, loss_weight=10.0, reg=1.0)
-    res = PrivateADMM(topo, method=method, penalty=penalty, n_rounds=120, loss_weight=10.0, reg=1.0).run(
+    res = PrivateADMM(topo, method=method, penalty=penalty, max_iter=120, loss_weight=10.0, reg=1.0).run(
         data, rng=0
     )
     assert np.abs(res.models - fc).max() < 1e-6
@@ -112,7 +112,7 @@ def test_pp_local_solution_is_minimiser_of_the_penalty_perturbed_objective() -> 
 
 def test_inexact_local_solve_stops_the_run() -> None:
     alg = PrivateADMM(
-        ring(4), method="pp", noise_rate=3.0, n_rounds=2, loss_weight=10.0, local_tol=1e-30, local_max_iter=1
+        ring(4), method="pp", noise_rate=3.0, max_iter=2, loss_weight=10.0, local_tol=1e-30, local_max_iter=1
     )
     with pytest.raises(LocalSolveError, match="exact local solves") as info:
         alg.run(_data(), rng=0)
@@ -123,13 +123,13 @@ def test_inexact_local_solve_stops_the_run() -> None:
 
 def test_privacy_notes_say_the_bound_assumes_exact_local_solves() -> None:
     data = _data()
-    alg = PrivateADMM(ring(4), method="pp", noise_rate=3.0, n_rounds=2, loss_weight=10.0)
+    alg = PrivateADMM(ring(4), method="pp", noise_rate=3.0, max_iter=2, loss_weight=10.0)
     res = alg.run(data, rng=0)
     note = [s for s in res.privacy.notes if "exact local minimisers" in s]
     assert len(note) == 1 and "local_tol=1e-10" in note[0] and "heuristic" not in note[0]
     assert float(res.nonprivate_history["local_rel_grad_norm"].max()) <= 1e-10
     loose = PrivateADMM(
-        ring(4), method="primal", noise_rate=3.0, n_rounds=2, loss_weight=10.0, local_tol=1e-4
+        ring(4), method="primal", noise_rate=3.0, max_iter=2, loss_weight=10.0, local_tol=1e-4
     )
     with pytest.warns(PrivacyClaimWarning, match="heuristic"):
         res2 = loose.run(data, rng=0)
@@ -144,7 +144,7 @@ def test_inlined_sampler_equals_mechanisms_sampler() -> None:
 
 def test_dvp_equals_pp_with_constant_penalty_theta() -> None:
     data = _data()
-    kw = {"n_rounds": 8, "loss_weight": 10.0, "reg": 1.0, "noise_rate": 3.0, "theta": 0.5}
+    kw = {"max_iter": 8, "loss_weight": 10.0, "reg": 1.0, "noise_rate": 3.0, "theta": 0.5}
     dvp = PrivateADMM(ring(4), method="dvp", **kw).run(data, rng=11)
     pp = PrivateADMM(ring(4), method="pp", penalty=0.5, **kw).run(data, rng=11)
     assert np.array_equal(dvp.models, pp.models)
@@ -158,7 +158,7 @@ def test_same_seed_same_result_and_seed_matters() -> None:
         method="pp",
         penalty=geometric(0.5, 1.05),
         noise_rate=3.0,
-        n_rounds=5,
+        max_iter=5,
         loss_weight=10.0,
         reg=1.0,
         init="normal",
@@ -187,7 +187,7 @@ def test_privacy_ledger_by_hand() -> None:
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     y = np.where(rng.random(30) < 0.5, -1.0, 1.0)
     data = [(x[:10], y[:10]), (x[10:], y[10:])]
-    res = PrivateADMM(ring(2), method="pp", penalty=0.5, theta=0.5, noise_rate=2.0, n_rounds=3, reg=1.0).run(
+    res = PrivateADMM(ring(2), method="pp", penalty=0.5, theta=0.5, noise_rate=2.0, max_iter=3, reg=1.0).run(
         data, rng=0
     )
     expected = np.array([[0.47, 0.235], [0.94, 0.47], [1.41, 0.705]])
@@ -197,7 +197,7 @@ def test_privacy_ledger_by_hand() -> None:
     assert res.privacy.neighbouring == "replace_one"
     assert res.worst_node == 0
     # primal perturbation: Δ_i = 2C/(B_i(ρ/N + 2ηV_i)) = 2/(10·1.5), 2/(20·1.5); ε_i per round = αΔ_i
-    prim = PrivateADMM(ring(2), method="primal", penalty=0.5, noise_rate=2.0, n_rounds=3, reg=1.0).run(
+    prim = PrivateADMM(ring(2), method="primal", penalty=0.5, noise_rate=2.0, max_iter=3, reg=1.0).run(
         data, rng=0
     )
     per = np.array([4 / 15, 2 / 15])
@@ -230,7 +230,7 @@ def test_budget_calibration_and_refusal() -> None:
         method="pp",
         penalty=geometric(0.5, 1.05),
         budget=Budget(2.0),
-        n_rounds=10,
+        max_iter=10,
         loss_weight=10.0,
         reg=1.0,
     )
@@ -241,10 +241,10 @@ def test_budget_calibration_and_refusal() -> None:
     )
     assert res.parameters["noise_rate_initial"] == pytest.approx(a1)
     # primal calibration
-    prim = PrivateADMM(ring(4), method="primal", budget=Budget(1.0), n_rounds=5, loss_weight=10.0, reg=1.0)
+    prim = PrivateADMM(ring(4), method="primal", budget=Budget(1.0), max_iter=5, loss_weight=10.0, reg=1.0)
     assert prim.run(data, rng=0).privacy.epsilon == pytest.approx(1.0)
     over = PrivateADMM(
-        ring(4), method="pp", noise_rate=100.0, budget=Budget(0.5), n_rounds=10, loss_weight=10.0, reg=1.0
+        ring(4), method="pp", noise_rate=100.0, budget=Budget(0.5), max_iter=10, loss_weight=10.0, reg=1.0
     )
     with pytest.raises(BudgetExceededError, match="exceeds the budget"):
         over.run(data, rng=0)
@@ -264,7 +264,7 @@ def test_primal_bound_function() -> None:
 
 def test_bad_data_is_rejected() -> None:
     data = _data()
-    alg = PrivateADMM(ring(4), method="pp", noise_rate=3.0, n_rounds=2, loss_weight=10.0, reg=1.0)
+    alg = PrivateADMM(ring(4), method="pp", noise_rate=3.0, max_iter=2, loss_weight=10.0, reg=1.0)
     with pytest.raises(InvalidParameterError, match="one per node"):
         alg.run(data[:3], rng=0)
     empty = [*data[:3], (np.zeros((0, 5)), np.zeros(0))]
@@ -280,13 +280,13 @@ def test_bad_data_is_rejected() -> None:
     with pytest.raises(BoundsViolationError, match="norm"):
         alg.run(big, rng=0)
     repro = PrivateADMM(
-        ring(4), method="pp", noise_rate=3.0, n_rounds=2, loss_weight=10.0, reg=1.0, mode="reproduce"
+        ring(4), method="pp", noise_rate=3.0, max_iter=2, loss_weight=10.0, reg=1.0, mode="reproduce"
     )
     with pytest.warns(PrivacyClaimWarning):
         res = repro.run(big, rng=0)
     assert math.isinf(res.privacy.epsilon)
     with pytest.raises(InvalidParameterError, match="exceeds the smallest node size"):
-        PrivateADMM(ring(4), method="pp", noise_rate=3.0, n_rounds=2, loss_weight=1e6).run(data, rng=0)
+        PrivateADMM(ring(4), method="pp", noise_rate=3.0, max_iter=2, loss_weight=1e6).run(data, rng=0)
 
 
 def test_bad_parameters_are_rejected() -> None:
@@ -311,7 +311,7 @@ def test_bad_parameters_are_rejected() -> None:
     with pytest.raises(InvalidParameterError, match="θ_i"):
         PrivateADMM(t, method="pp", penalty=0.4, theta=0.5, noise_rate=1.0, loss_weight=10.0).run(data, rng=0)
     with pytest.raises(InvalidParameterError, match="table must have shape"):
-        PrivateADMM(t, method="m-admm", penalty=Schedule.from_values(np.ones((3, 4))), n_rounds=5)
+        PrivateADMM(t, method="m-admm", penalty=Schedule.from_values(np.ones((3, 4))), max_iter=5)
     with pytest.raises(InvalidParameterError, match="one value per node"):
         PrivateADMM(t, method="m-admm", penalty=geometric([0.5, 0.6], 1.0))
     with pytest.raises(InvalidParameterError, match="Topology"):
@@ -329,7 +329,7 @@ def test_schedules() -> None:
 def test_time_varying_and_node_theta_run() -> None:
     data = _data()
     fc = centralized_solution(data, loss_weight=10.0, reg=1.0)
-    kw = {"penalty": 0.6, "n_rounds": 120, "loss_weight": 10.0, "reg": 1.0}
+    kw = {"penalty": 0.6, "max_iter": 120, "loss_weight": 10.0, "reg": 1.0}
     res = PrivateADMM(
         ring(4), method="m-admm", theta=Schedule.from_function(lambda r: 0.5 + 0.1 * 0.9**r), **kw
     ).run(data, rng=0)
@@ -350,7 +350,7 @@ def test_callback_stop_and_record_models() -> None:
         if info.round == 3:
             raise StopIteration
 
-    res = PrivateADMM(ring(4), method="pp", noise_rate=3.0, n_rounds=10, loss_weight=10.0, reg=1.0).run(
+    res = PrivateADMM(ring(4), method="pp", noise_rate=3.0, max_iter=10, loss_weight=10.0, reg=1.0).run(
         data, rng=0, callback=cb, record_models=True
     )
     assert res.status == "stopped" and res.rounds == 3
@@ -369,7 +369,7 @@ def test_adult_small(shared_datasets) -> None:
     parts = split_rows(ds.X.shape[0], 5, rng=0)
     data = [(ds.X[p[:150]], ds.y[p[:150]]) for p in parts]
     res = PrivateADMM(
-        ring(5), method="pp", penalty=geometric(0.5, 1.05), noise_rate=geometric(3.0, 1.01), n_rounds=4
+        ring(5), method="pp", penalty=geometric(0.5, 1.05), noise_rate=geometric(3.0, 1.01), max_iter=4
     ).run(data, rng=0)
     assert res.privacy.epsilon == pytest.approx(res.privacy_history[-1])
     assert np.all(np.isfinite(res.models)) and res.models.shape == (5, 105)

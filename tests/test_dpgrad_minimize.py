@@ -20,7 +20,7 @@ def test_minimize_dispatches_to_dp_gd() -> None:
     data = make_logistic(500, 5, rng=0)
     problem = ERMProblem(LogisticLoss(), DataBounds(feature_norm=1.0), l2_penalty=0.01)
     via_front = minimize(
-        problem, data.X, data.y, method="dp_gd", budget=Budget(1.0, 1e-5), rng=3, iterations=50
+        problem, data.X, data.y, method="dp_gd", budget=Budget(1.0, 1e-5), rng=3, max_iter=50
     )
     direct = dp_gd(problem, data.X, data.y, budget=Budget(1.0, 1e-5), rng=3, iterations=50)
     assert np.array_equal(via_front.solution, direct.solution)
