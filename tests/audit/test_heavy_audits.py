@@ -9,11 +9,16 @@ Each test runs the correct mechanism (not refuted) and a planted bug (refuted) i
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
-from contract_helpers import HalfNoiseGenerator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "contracts"))  # the contract suites' helpers
+
+from contract_helpers import HalfNoiseGenerator, memo_certify, quiet  # noqa: F401  (fixtures)
 from method_audit import BUG_FACTOR, audit_method, claimed_epsilon
 
 from dpopt.audit import audit
