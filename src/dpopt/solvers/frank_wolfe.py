@@ -219,7 +219,7 @@ def private_frank_wolfe(
         raise InvalidParameterError("step_rule: must be 'jaggi' or 'paper'")
     bud = parse_budget(budget)
     acct = check_accountant(accountant)
-    max_iterations = check_int(max_iterations, "max_iterations")
+    max_iterations = check_int(max_iterations, "max_iterations", minimum=2)  # T-1 >= 1 selections
     Xc, yc = problem.prepare(X, y)
     n, _p = Xc.shape
     L2 = problem.lipschitz("l2")

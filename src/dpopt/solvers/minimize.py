@@ -116,7 +116,7 @@ _METHODS: dict[str, MethodSpec] = {
         noise=("laplace", "gaussian"),
         calibrations=("tight", "conservative", "paper"),
         iteration_option="max_iterations",  # caps the theory's T (``iterations`` fixes T exactly)
-        ranges={"iterations": (1, None), "max_iterations": (1, None)},
+        ranges={"iterations": (2, None), "max_iterations": (2, None)},  # T-1 >= 1 private selections
     ),
     "output_perturbation": MethodSpec(
         summary="output perturbation of the l2-regularised minimiser (Chaudhuri et al. 2011)",
@@ -400,6 +400,12 @@ def _iteration_limit(name: str, spec: MethodSpec, options: dict[str, Any], max_i
         raise InvalidParameterError(
             f"max_iter: method {name!r} has no iteration limit (its number of steps is fixed by its design)"
         )
+    opt = spec.options().get(own)
+    if opt is not None:
+        try:
+            opt.check(max_iter, name)
+        except InvalidParameterError as err:  # say it in the caller's terms
+            raise InvalidParameterError(str(err).replace(own, "max_iter", 1)) from None
     options[own] = max_iter
     return options
 
