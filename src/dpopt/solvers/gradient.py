@@ -200,7 +200,8 @@ class _Context:
         if kind == "full" or kind == "full_as_sampled" or self.sampling == "full":
             return None
         if self.sampling == "disjoint":
-            assert self.perm is not None
+            if self.perm is None:  # drawn at the first step, i.e. after the plan was charged
+                self.perm = self.np_gen.permutation(self.n)
             return self.perm[t * self.batch : (t + 1) * self.batch]
         if self.sampling == "poisson":
             return np.flatnonzero(self.np_gen.random(self.n) < self.rate)
@@ -442,8 +443,6 @@ def _setup(
         sampling_rate=rate,
         notes=notes,
     )
-    if online:
-        ctx.perm = np_gen.permutation(n)
     return ctx
 
 
@@ -1019,9 +1018,9 @@ def dp_online_gdws(
 ) -> OptimizeResult:
     """DP-onlineGDwS: one smoothed pass over disjoint buckets (each record used once).
 
-    The records are split by a data-independent random permutation (drawn from ``rng`` before the
-    run) into ``T = n // bucket_size`` buckets; step t uses bucket t.  Smoothing and the step size
-    are those of :func:`dp_gdws` (4.55 with m = bucket size and the per-step noise variance, spec
+    The records are split by a data-independent random permutation (drawn from ``rng`` at the
+    first step, after the whole run was charged) into ``T = n // bucket_size`` buckets; step t uses
+    bucket t.  Smoothing and the step size are those of :func:`dp_gdws` (4.55 with m = bucket size and the per-step noise variance, spec
     §3.6; the thesis gives neither).
 
     Parameters
