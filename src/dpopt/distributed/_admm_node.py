@@ -27,6 +27,7 @@ IntArray = NDArray[np.int64]
 
 PURPOSE_INIT = 0
 PURPOSE_NOISE = 1
+PURPOSE_INEXACT = 2  # the output noise that covers an inexact (certified) local solve
 
 
 class LocalSolveError(DPOptError, RuntimeError):
@@ -84,6 +85,7 @@ def solve_local(
     pen: float,
     tol: float,
     max_iter: int,
+    abs_tol: float = math.inf,
 ) -> tuple[Array, float, float, int]:
     """Minimise Φ (:func:`local_objective`) by damped Newton (Cholesky + Armijo), warm-started at ``f0``.
 
@@ -112,7 +114,7 @@ def solve_local(
         gn = math.sqrt(float(g @ g))
         fn = math.sqrt(float(f @ f))
         scale = max(1.0, data_scale, lin_norm, reg * fn, 2.0 * pen * (fn + center_norm))
-        if gn <= tol * scale:
+        if gn <= tol * scale and gn <= abs_tol:
             return f, gn, scale, it
         if it == max_iter:
             break
@@ -169,6 +171,8 @@ class ShardSpec:
     tol: float
     max_iter: int
     dim: int
+    solve_tol: float = math.inf  # certified absolute ‖∇Φ‖ bound of private local solves
+    inexact_rate: Array | None = None  # β_i(r) of the output noise covering the inexact solve
 
 
 class ADMMShard:
@@ -240,6 +244,7 @@ class ADMMShard:
                 pen=pen,
                 tol=spec.tol,
                 max_iter=spec.max_iter,
+                abs_tol=spec.solve_tol if spec.inexact_rate is not None else math.inf,
             )
             if not gn <= spec.tol * scale:
                 raise LocalSolveError(
@@ -248,6 +253,17 @@ class ADMMShard:
                     "and releases nothing more (the privacy bound assumes exact local solves); raise "
                     "local_max_iter"
                 )
+            if spec.inexact_rate is not None:
+                if not gn <= spec.solve_tol:
+                    raise LocalSolveError(
+                        f"node {node}, round {t + 1}: Newton did not certify the absolute gradient norm "
+                        f"solve_tol={spec.solve_tol:g} within local_max_iter={spec.max_iter} iterations; the run "
+                        "stops and releases nothing more (the privacy bound covers certified solves only); "
+                        "raise solve_tol (more inexactness noise) or local_max_iter"
+                    )
+                # ‖f − f*‖ <= solve_tol/μ: an l2-Laplace output noise of rate β covers it (ε += 2β·solve_tol/μ)
+                g2 = keyed_generator(spec.key, node, t + 1, PURPOSE_INEXACT)
+                f = f + l2_laplace_draw(float(spec.inexact_rate[t, k]), d, g2)
             if spec.perturbation == "primal" and noise is not None:
                 f = f + noise
             new[k] = f
