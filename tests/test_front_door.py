@@ -30,7 +30,7 @@ def test_top_level_surface_is_lazy_and_complete() -> None:
         "import sys, dpopt; heavy = [m for m in ('scipy', 'dp_accounting', 'sklearn') if m in sys.modules]; "
         "print(heavy)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
     assert out.strip() == "[]", "import dpopt must not import the heavy dependencies"
     for name in ("minimize", "Budget", "answer", "optimize_strategy", "PrivateADMM", "hamsi", "make_accountant",
                  "DPLogisticRegression", "DPLinearRegression", "DPLasso", "DPOptError", "BudgetExceededError"):
@@ -81,15 +81,19 @@ def test_unsupported_problem_names_the_methods_that_support_it() -> None:
 
 
 def test_every_spec_is_consistent_with_its_solver() -> None:
+    declared: set[str] = set()
+    real: set[str] = set()
     for name in available_methods():
         spec = method_spec(name)
         opts = spec.options()  # imports the solver and reads its signature
         if spec.iteration_option is not None:
             assert spec.iteration_option in opts, name
-        for key, opt in opts.items():  # declared ranges land on options the solver really has
-            if key in spec.ranges:
-                assert opt.low is not None or opt.high is not None, (name, key)
+        for key in set(spec.ranges) & set(opts):  # the range is enforced on the option
+            assert opts[key].low is not None or opts[key].high is not None, (name, key)
+        declared |= set(spec.ranges)
+        real |= set(opts)
         assert spec.calibrations and spec.neighbouring and spec.summary
+    assert declared <= real, f"ranges declared for options no method has: {sorted(declared - real)}"
 
 
 def test_max_iter_maps_to_the_method_option_and_old_names_warn() -> None:
