@@ -43,6 +43,7 @@ __all__ = [
     "gm_direct_objective",
     "haar_matrix",
     "hierarchical_matrix",
+    "identity_result",
     "low_rank_mechanism",
 ]
 
@@ -252,6 +253,39 @@ def gm_direct_objective(workload: Workload) -> float:
 _MAX_DENSE_ENTRIES = 1 << 26
 
 BASELINES = ("identity", "gm", "hierarchical", "wavelet", "eigen", "lrm", "esm")
+
+
+def identity_result(workload: Workload) -> StrategyResult:
+    """``A = I`` without any factorization: objective ``‖W‖_F²``, unbiased, any domain size.
+
+    ``strategy`` is the dense identity only for n <= 4096 (an empty ``(0, n)`` array otherwise);
+    :func:`~dpopt.linear_queries.answer` recognizes ``params["implicit"] == "identity"`` and
+    releases ``x + noise`` directly.  No certificate (``lower_bound`` is NaN): use
+    :func:`baseline` for the certified gap on small domains.
+    """
+    import time
+
+    t0, w0 = time.process_time(), time.perf_counter()
+    n = workload.domain_size
+    objective = float(workload.frobenius_norm_sq)
+    return StrategyResult(
+        strategy=np.eye(n) if n <= _DENSE_IDENTITY else np.zeros((0, n)),
+        objective=objective,
+        lower_bound=math.nan,
+        dual_bound=math.nan,
+        svd_bound=math.nan,
+        gap=math.nan,
+        method="identity",
+        status="completed",
+        n_iter=0,
+        cpu_seconds=time.process_time() - t0,
+        wall_seconds=time.perf_counter() - w0,
+        workload_fingerprint=workload.fingerprint(),
+        params={"implicit": "identity"},
+    )
+
+
+_DENSE_IDENTITY = 4096
 
 
 def baseline(name: str, workload: Workload, *, branching: int = 2) -> StrategyResult:

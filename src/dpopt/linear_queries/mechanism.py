@@ -12,8 +12,9 @@ import hashlib
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import scipy.linalg as sla
@@ -30,13 +31,24 @@ from dpopt.linear_queries.strategy import (
     optimize_strategy,
     residual_projector,
 )
-from dpopt.linear_queries.workloads import Workload, kron_apply
+from dpopt.linear_queries.workloads import (
+    AllRange,
+    Identity,
+    Kronecker,
+    Prefix,
+    Ranges,
+    Total,
+    Union,
+    Workload,
+    kron_apply,
+)
 from dpopt.mechanisms import GaussianMechanism
 from dpopt.randomness import RNGLike
 
 __all__ = ["Answers", "answer", "expected_error", "query_variances", "strategy_sensitivity"]
 
 FloatArray = NDArray[np.float64]
+_T = TypeVar("_T")
 Calibration = Literal["analytic", "paper", "classic"]
 
 
@@ -121,9 +133,48 @@ def _check_histogram(histogram: ArrayLike, n: int, counts: str) -> FloatArray:
     return np.asarray(x, dtype=np.float64)
 
 
+def _digest(A: FloatArray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(A).tobytes(), digest_size=16).digest()
+
+
+_CACHE_SIZE = 4
+_CACHE_LOCK = threading.Lock()
+_RESOLVED: OrderedDict[tuple[Any, ...], StrategyResult] = OrderedDict()
+_SENSITIVITY: OrderedDict[tuple[Any, ...], float] = OrderedDict()
+_RECON_CACHE: OrderedDict[tuple[Any, ...], tuple[FloatArray, FloatArray, FloatArray, float]] = OrderedDict()
+
+
+def _cached(cache: OrderedDict[tuple[Any, ...], _T], key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
+    """LRU memo of data-independent quantities (strategies, reconstructions, sensitivities)."""
+    with _CACHE_LOCK:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+    value = compute()
+    with _CACHE_LOCK:
+        cache[key] = value
+        while len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+    return value
+
+
+def clear_caches() -> None:
+    """Forget every cached strategy, reconstruction and sensitivity (they are data independent)."""
+    with _CACHE_LOCK:
+        for cache in (_RESOLVED, _SENSITIVITY, _RECON_CACHE):
+            cache.clear()
+
+
 def _resolve_strategy(
     workload: Workload, strategy: StrategyResult | ArrayLike | str | None
 ) -> StrategyResult:
+    """The :class:`StrategyResult` to release with; named and array strategies are evaluated once.
+
+    Named baselines and raw arrays are wrapped by :func:`evaluate_strategy` (one SVD); the result
+    is memoized per (workload fingerprint, name or digest of the array), so repeated releases
+    with the same strategy do not redo it.  ``"identity"`` is never factorized at all.
+    """
     if strategy is None or (isinstance(strategy, str) and strategy == "optimal"):
         return optimize_strategy(workload)
     if isinstance(strategy, StrategyResult):
@@ -133,13 +184,26 @@ def _resolve_strategy(
                 raise InvalidParameterError(
                     f"strategy: has {A.shape[1]} columns but the workload's domain size is {workload.domain_size}"
                 )
-            return evaluate_strategy(workload, A, name=strategy.method, certify=False)
+            rkey = ("result", workload.fingerprint(), A.shape, _digest(A), strategy.method)
+            return _cached(
+                _RESOLVED, rkey, lambda: evaluate_strategy(workload, A, name=strategy.method, certify=False)
+            )
         return strategy
     if isinstance(strategy, str):
         from dpopt.linear_queries import baselines
 
-        return baselines.baseline(strategy, workload)
-    return evaluate_strategy(workload, as_float_array(strategy, "strategy", ndim=2), certify=False)
+        if strategy == "identity":
+            return _cached(
+                _RESOLVED, ("identity", workload.fingerprint()), lambda: baselines.identity_result(workload)
+            )
+        return _cached(
+            _RESOLVED,
+            ("named", strategy, workload.fingerprint()),
+            lambda: baselines.baseline(strategy, workload),
+        )
+    A = as_float_array(strategy, "strategy", ndim=2)
+    key = ("array", workload.fingerprint(), A.shape, _digest(A))
+    return _cached(_RESOLVED, key, lambda: evaluate_strategy(workload, A, certify=False))
 
 
 def answer(
@@ -208,12 +272,14 @@ def answer(
         raise InvalidParameterError("calibration: must be 'analytic', 'paper' or 'classic'")
     x = _check_histogram(histogram, workload.domain_size, counts)
     result = _resolve_strategy(workload, strategy)
+    if result.params.get("implicit") == "identity":
+        return _answer_identity(workload, x, result, budget, rng, rel, method, accountant, calibration)
     if result.residual_terms:
         return _answer_residual(workload, x, result, budget, rng, rel, method, accountant, calibration)
     if result.factors:
         return _answer_product(workload, x, result, budget, rng, rel, method, accountant, calibration, rcond)
     A = result.strategy
-    sens = strategy_sensitivity(A, rel)
+    sens = _cached(_SENSITIVITY, (A.shape, _digest(A), rel), lambda: strategy_sensitivity(A, rel))
     if not sens > 0:
         raise InvalidParameterError("strategy: has zero sensitivity (all columns equal); it measures nothing")
     accountant = _default_accountant(accountant, calibration, budget, rel)
@@ -236,6 +302,31 @@ def _default_accountant(
             f"was computed for {rel!r}; pass the same relation to both"
         )
     return accountant
+
+
+def _answer_identity(
+    workload: Workload,
+    x: FloatArray,
+    result: StrategyResult,
+    budget: Budget,
+    rng: RNGLike,
+    rel: Neighbouring,
+    method: str,
+    accountant: Accountant | None,
+    calibration: str,
+) -> Answers:
+    """``A = I``: noise on every cell, ``x̂ = z`` (no factorization, any domain size)."""
+    n = workload.domain_size
+    sens = 1.0 if rel == "add_remove" else (math.sqrt(2.0) if n > 1 else 0.0)
+    if not sens > 0:
+        raise InvalidParameterError("strategy: has zero sensitivity (all columns equal); it measures nothing")
+    acct = _default_accountant(accountant, calibration, budget, rel)
+    mech = GaussianMechanism.calibrate(budget, sens, method=method)  # type: ignore[arg-type]
+    z = np.atleast_1d(mech.release(x, rng=rng, accountant=acct, label="matrix-mechanism"))
+    expected = mech.sigma**2 * result.objective
+    return _answers(
+        workload, np.asarray(z, dtype=np.float64), expected, mech, sens, acct, calibration, result
+    )
 
 
 def _answer_residual(
@@ -317,11 +408,6 @@ def _release(
     return _answers(workload, x_hat, expected, mech, sens, accountant, calibration, result)
 
 
-_RECON_CACHE: OrderedDict[tuple[Any, ...], tuple[FloatArray, FloatArray, FloatArray, float]] = OrderedDict()
-_RECON_CACHE_SIZE = 2
-_RECON_LOCK = threading.Lock()
-
-
 def _reconstruction(
     workload: Workload, A: FloatArray, rcond: float
 ) -> tuple[FloatArray, FloatArray, FloatArray, float]:
@@ -330,28 +416,21 @@ def _reconstruction(
     They depend only on the public strategy and workload, so repeated releases with the same
     strategy (experiments, several budgets) reuse them; the key is a digest of ``A``'s bytes.
     """
-    key = (A.shape, hashlib.blake2b(np.ascontiguousarray(A).tobytes(), digest_size=16).digest(),
-           workload.fingerprint(), rcond)  # fmt: skip
-    with _RECON_LOCK:
-        hit = _RECON_CACHE.get(key)
-        if hit is not None:
-            _RECON_CACHE.move_to_end(key)
-            return hit
-    U, s, Pt = sla.svd(A, full_matrices=False, lapack_driver="gesdd")
-    keep = s > rcond * s[0]
-    Pk = Pt[keep]
-    proj = np.sum((Pk @ workload.gram()) * Pk, axis=1)  # diag(P V Pᵀ) through BLAS
-    out = (
-        np.ascontiguousarray(U[:, keep]),
-        s[keep],
-        np.ascontiguousarray(Pk),
-        float(np.sum(proj / s[keep] ** 2)),
-    )
-    with _RECON_LOCK:
-        _RECON_CACHE[key] = out
-        while len(_RECON_CACHE) > _RECON_CACHE_SIZE:
-            _RECON_CACHE.popitem(last=False)
-    return out
+    key = (A.shape, _digest(A), workload.fingerprint(), rcond)
+
+    def compute() -> tuple[FloatArray, FloatArray, FloatArray, float]:
+        U, s, Pt = sla.svd(A, full_matrices=False, lapack_driver="gesdd")
+        keep = s > rcond * s[0]
+        Pk = Pt[keep]
+        proj = np.sum((Pk @ workload.gram()) * Pk, axis=1)  # diag(P V Pᵀ) through BLAS
+        return (
+            np.ascontiguousarray(U[:, keep]),
+            s[keep],
+            np.ascontiguousarray(Pk),
+            float(np.sum(proj / s[keep] ** 2)),
+        )
+
+    return _cached(_RECON_CACHE, key, compute)
 
 
 def _answers(
@@ -390,10 +469,12 @@ def expected_error(
     """Expected total squared error ``σ² · objective`` of answering with ``result`` at ``budget``."""
     from dpopt.accounting import gaussian_sigma
 
-    method: Any = {"analytic": "analytic", "paper": "coa", "classic": "classic"}[calibration]
-    sens = strategy_sensitivity(result.strategy)
-    sigma = gaussian_sigma(budget.epsilon, budget.delta, sens, method=method)
-    err = sigma**2 * result.objective / sens**2
+    method: Any = {"analytic": "analytic", "paper": "coa", "classic": "classic"}.get(calibration)
+    if method is None:
+        raise InvalidParameterError("calibration: must be 'analytic', 'paper' or 'classic'")
+    # objective = ‖A‖²_{2,inf}·tr(W A⁺A⁺ᵀWᵀ): the error of a release at add/remove sensitivity 1
+    sigma = gaussian_sigma(budget.epsilon, budget.delta, 1.0, method=method)
+    err = sigma**2 * result.objective
     if per_query:
         if n_queries is None:
             raise InvalidParameterError("n_queries: required with per_query=True")
@@ -419,6 +500,10 @@ def query_variances(
     method: Any = {"analytic": "analytic", "paper": "coa", "classic": "classic"}.get(calibration)
     if method is None:
         raise InvalidParameterError("calibration: must be 'analytic', 'paper' or 'classic'")
+    if result.params.get("implicit") == "identity":  # W A⁺ = W: the squared row norms of W
+        return np.asarray(
+            gaussian_sigma(budget.epsilon, budget.delta, 1.0, method=method) ** 2 * row_norms_sq(workload)
+        )
     out = np.zeros(workload.n_queries)
     if result.strategy.shape[0] == 0 and not result.factors:
         raise InvalidParameterError(
@@ -427,13 +512,57 @@ def query_variances(
         )
     if result.factors:
         sens = float(np.prod([np.sqrt(np.max(np.sum(A**2, axis=0))) for A in result.factors]))
-        pinv: FloatArray = np.ones((1, 1))
-        for A in result.factors:
-            pinv = np.asarray(np.kron(pinv, np.linalg.pinv(A, rcond=rcond)), dtype=np.float64)
+        pinvs = [np.linalg.pinv(A, rcond=rcond) for A in result.factors]
+        if isinstance(workload, Kronecker) and [f.domain_size for f in workload.factors] == [
+            P.shape[0] for P in pinvs
+        ]:  # both products: the variances are the product of the per-factor ones
+            out = np.ones(1)
+            for f, P in zip(workload.factors, pinvs, strict=True):
+                cols = np.column_stack([f.answer(P[:, k]) for k in range(P.shape[1])])
+                out = np.kron(out, np.sum(cols**2, axis=1))
+        else:
+            pinv: FloatArray = np.ones((1, 1))
+            for P in pinvs:
+                pinv = np.asarray(np.kron(pinv, P), dtype=np.float64)
+            for k in range(pinv.shape[1]):
+                out += workload.answer(pinv[:, k]) ** 2
     else:
-        sens = strategy_sensitivity(result.strategy)
-        pinv = np.asarray(np.linalg.pinv(result.strategy, rcond=rcond), dtype=np.float64)
-    for k in range(pinv.shape[1]):
-        out += workload.answer(pinv[:, k]) ** 2
+        A = result.strategy
+        sens = _cached(_SENSITIVITY, (A.shape, _digest(A), "add_remove"), lambda: strategy_sensitivity(A))
+        _, sk, Pk, _ = _reconstruction(workload, A, rcond)  # cached: A⁺ = Pkᵀ diag(1/sk) Ukᵀ
+        pinv_t = Pk.T / sk[None, :]
+        for k in range(pinv_t.shape[1]):  # W A⁺ = (W Pkᵀ diag(1/sk)) Ukᵀ; Uk has orthonormal columns
+            out += workload.answer(pinv_t[:, k]) ** 2
     sigma = gaussian_sigma(budget.epsilon, budget.delta, sens, method=method)
     return np.asarray(sigma**2 * out)
+
+
+def row_norms_sq(workload: Workload) -> FloatArray:
+    """``‖w_q‖²`` for every query q of ``workload`` (shape (m,)), without forming W when structured."""
+    if isinstance(workload, Kronecker):
+        out: FloatArray = np.ones(1)
+        for f in workload.factors:
+            out = np.asarray(np.kron(out, row_norms_sq(f)), dtype=np.float64)
+        return out
+    if isinstance(workload, Union):
+        return np.concatenate([row_norms_sq(p) for p in workload.parts])
+    if isinstance(workload, Identity):
+        return np.ones(workload.domain_size)
+    if isinstance(workload, Total):
+        return np.array([float(workload.domain_size)])
+    if isinstance(workload, Prefix):
+        return np.arange(1, workload.domain_size + 1, dtype=np.float64)
+    if isinstance(workload, AllRange):
+        a, b = np.triu_indices(workload.domain_size)
+        return (b - a + 1).astype(np.float64)
+    if isinstance(workload, Ranges):
+        return (workload.hi - workload.lo + 1).astype(np.float64)
+    m, n = workload.shape
+    if m * n > _MAX_DENSE_ROWS:
+        raise InvalidParameterError(
+            f"workload: its {m}x{n} matrix is too large to form for per-query errors; use a structured workload"
+        )
+    return np.asarray(np.sum(workload.matrix() ** 2, axis=1), dtype=np.float64)
+
+
+_MAX_DENSE_ROWS = 1 << 26
