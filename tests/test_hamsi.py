@@ -249,7 +249,7 @@ def test_bad_arguments(synth: MatrixFactorizationProblem) -> None:
 def test_movielens_hamsi_far_below_mbgd(shared_datasets: Path) -> None:
     path = shared_datasets / "movielens-100k" / "u.data"
     if not path.is_file():
-        pytest.skip("MovieLens 100K not available")
+        pytest.skip(f"MovieLens 100K not found at {path}: put u.data there or set DPOPT_DATASETS")
     p = MatrixFactorizationProblem(load_movielens(path), 50)
     kw = dict(max_iter=60, rng=1453, eval_every=60)
     h = hamsi(p, beta_counter="inner", sigma_mode="running_min", curvature="reference", **kw)  # type: ignore[arg-type]

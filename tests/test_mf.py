@@ -153,7 +153,7 @@ def test_split_ratings_keeps_every_row_and_column_in_train() -> None:
 def test_movielens_100k_initial_rmse(shared_datasets: Path) -> None:
     path = shared_datasets / "movielens-100k" / "u.data"
     if not path.is_file():
-        pytest.skip("MovieLens 100K not available")
+        pytest.skip(f"MovieLens 100K not found at {path}: put u.data there or set DPOPT_DATASETS")
     r = load_movielens(path)
     p = MatrixFactorizationProblem(r, 50)
     U, V = p.init_factors(rng=0)

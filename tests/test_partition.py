@@ -155,7 +155,7 @@ def test_randomised_schemes_depend_only_on_seed() -> None:
 def ml100k(shared_datasets: Path) -> Ratings:
     path = shared_datasets / "movielens-100k" / "u.data"
     if not path.is_file():
-        pytest.skip("MovieLens 100K not available")
+        pytest.skip(f"MovieLens 100K not found at {path}: put u.data there or set DPOPT_DATASETS")
     return load_movielens(path)
 
 

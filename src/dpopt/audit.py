@@ -390,6 +390,19 @@ def audit_outputs(
     InvalidParameterError
         On a bad parameter, fewer than 100 samples per set, non-numeric or non-finite outputs
         without a suitable ``statistic``, or outputs of different shapes on the two datasets.
+
+    Examples
+    --------
+    Outputs drawn elsewhere (here: a count released with Laplace noise of scale 0.5, i.e. ε = 2,
+    audited against a claim of ε = 1):
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> on_d0 = 10 + rng.laplace(0.0, 0.5, size=20_000)
+    >>> on_d1 = 11 + rng.laplace(0.0, 0.5, size=20_000)
+    >>> result = audit_outputs(on_d0, on_d1)
+    >>> result.refutes(1.0)
+    True
     """
     delta = check_probability(delta, "delta")
     confidence = check_probability(confidence, "confidence", open_left=True)

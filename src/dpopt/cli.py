@@ -1,4 +1,4 @@
-"""The ``dpopt`` command: ``list``, ``reproduce``, ``report``, ``tour``, ``strategy`` and ``answer``.
+"""The ``dpopt`` command: ``list``, ``reproduce``, ``report``, ``tour``, ``docs``, ``strategy`` and ``answer``.
 
 Errors (unknown experiment, bad option values, unusable output directory, unreadable input files,
 any dpopt error) print one line ``dpopt: error: ...`` on stderr and exit with status 2.
@@ -79,9 +79,17 @@ def _note(message: str) -> None:
 # ------------------------------------------------------------------------------------- commands
 
 
+def _one_line(text: str, width: int) -> str:
+    """``text`` on one line of at most ``width`` characters (cut at a word, ending in "…")."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:(")
+    return cut + "…"
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
-    from rich.table import Table
-    from rich.text import Text
+    import shutil
 
     from dpopt.experiments import registry
 
@@ -92,14 +100,70 @@ def _cmd_list(args: argparse.Namespace) -> int:
     if not experiments:
         console.print("No experiments are registered.", markup=False)
         return 0
-    table = Table(title=f"{len(experiments)} experiments", title_justify="left")
-    table.add_column("name", no_wrap=True, style="bold")
-    table.add_column("description", overflow="fold")
-    table.add_column("source", overflow="fold")
-    for exp in experiments:
-        table.add_row(Text(exp.name), Text(exp.summary), Text(exp.seed_doc))
-    console.print(table)
-    console.print("Run one with: dpopt reproduce NAME [--scale quick|paper] [--seeds 0-9]", markup=False)
+    if args.long:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title=f"{len(experiments)} experiments", title_justify="left")
+        table.add_column("name", no_wrap=True, style="bold")
+        table.add_column("description", overflow="fold")
+        table.add_column("source", overflow="fold")
+        for exp in experiments:
+            table.add_row(Text(exp.name), Text(" ".join(exp.description.split())), Text(exp.seed_doc))
+        console.print(table)
+    else:
+        width = min(max(shutil.get_terminal_size((80, 24)).columns, 60), 120)
+        name_w = max(len(exp.name) for exp in experiments)
+        print(f"{len(experiments)} experiments ('dpopt list --long' adds descriptions and sources):")
+        for exp in experiments:
+            print(f"  {exp.name:<{name_w}}  {_one_line(exp.summary, width - name_w - 5)}")
+    print("Run one with: dpopt reproduce NAME [--scale quick|paper] [--seeds 0-9]")
+    return 0
+
+
+def _docs_config(given: str | None) -> Path:
+    """The ``mkdocs.yml`` to build: ``given``, else the nearest one above the working folder, else
+    the source checkout's."""
+    if given is not None:
+        path = Path(given)
+        if not path.is_file():
+            raise _UsageError(f"--config {given}: file not found")
+        return path
+    here = Path.cwd().resolve()
+    candidates = [d / "mkdocs.yml" for d in (here, *here.parents)]
+    candidates.append(Path(__file__).resolve().parents[2] / "mkdocs.yml")  # src/dpopt/cli.py
+    for cfg in candidates:
+        if cfg.is_file() and (cfg.parent / "src" / "dpopt").is_dir():
+            return cfg
+    raise _UsageError(
+        "the documentation is built from a source checkout: run 'dpopt docs' inside the repository "
+        "(no mkdocs.yml found here or above), or pass --config PATH/mkdocs.yml"
+    )
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    import importlib.util
+    import os
+    import subprocess
+
+    config = _docs_config(args.config)
+    missing = [m for m in ("mkdocs", "mkdocstrings", "material") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise _UsageError(
+            f"building the documentation needs {', '.join(missing)}: install the docs extra with "
+            f"python3 -m pip install -e '.[docs]' (in {config.parent})"
+        )
+    out = (Path(args.out) if args.out is not None else config.parent / "site").resolve()
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean"]
+    cmd += ["--config-file", str(config), "--site-dir", str(out)]
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    try:
+        proc = subprocess.run(cmd, cwd=config.parent, env=env, timeout=args.timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise _UsageError(f"the documentation build took longer than --timeout {args.timeout:g} s") from None
+    if proc.returncode != 0:
+        raise _UsageError("the documentation build failed (strict: every warning is an error; see above)")
+    _console().print(f"documentation: {out / 'index.html'}", markup=False)
     return 0
 
 
@@ -458,7 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("list", help="list the registered experiments")
+    p = sub.add_parser("list", help="list the registered experiments, one line each")
+    p.add_argument("--long", action="store_true", help="show each experiment's full description and source")
     p.set_defaults(func=_cmd_list)
 
     p = sub.add_parser("reproduce", help="run a named experiment and write records, figures and a report")
@@ -499,6 +564,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", default=DEFAULT_TOUR_DIR, help=f"(default {DEFAULT_TOUR_DIR})")
     p.add_argument("--no-progress", action="store_true", help="do not show progress bars")
     p.set_defaults(func=_cmd_tour)
+
+    p = sub.add_parser(
+        "docs", help="build the documentation site (strict) from a source checkout; needs the docs extra"
+    )
+    p.add_argument("--out", metavar="DIR", help="where to write the site (default: site/ in the repository)")
+    p.add_argument("--config", metavar="FILE", help="the mkdocs.yml to build (default: the repository's)")
+    p.add_argument(
+        "--timeout", type=float, default=600.0, metavar="SECONDS", help="give up after this long (default 600)"
+    )
+    p.set_defaults(func=_cmd_docs)
 
     workload_help = (
         "a workload spec such as 'prefix:n=256' or 'ranges:m=1024,n=512,seed=0' (random workloads "
@@ -587,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             raise _UsageError(
-                "a command is required: list, reproduce, report, tour, strategy or answer (see 'dpopt --help')"
+                "a command is required: list, reproduce, report, tour, docs, strategy or answer (see 'dpopt --help')"
             )
         return int(args.func(args))
     except SystemExit as exc:  # --help and --version

@@ -13,6 +13,24 @@ Generators take the keyword ``rng`` (int seed, numpy ``Generator``, ``"secure"``
 :mod:`dpopt.randomness`).  Loaders take a path to the published files (dpopt never ships or downloads
 them) and raise :class:`FileNotFoundError` for a missing file and :class:`DatasetFormatError` for a
 malformed one; both messages name the file and the expected format and never echo data values.
+
+Where the reference data lives
+------------------------------
+dpopt ships no data files.  The reproductions and the tests that use the public reference sets
+(UCI Adult, MovieLens) look for them in the folder named by the ``DPOPT_DATASETS`` environment
+variable, then in ``../shared/datasets`` next to the source tree; the folder holds one
+sub-folder per set (``adult/adult.data``, ``adult/adult.test``, ``movielens-100k/u.data``, ...).
+Without them, the tests that need them are skipped (saying where they looked) and the experiments
+fall back to a synthetic stand-in or refuse, naming the missing file.
+
+Examples
+--------
+>>> from dpopt.datasets import load_breast_cancer, make_histogram
+>>> data = load_breast_cancer()
+>>> data.X.shape, data.bounds["feature_l2_norm"]
+((569, 30), 1.0)
+>>> int(make_histogram(64, 1000, rng=0).sum())
+1000
 """
 
 from __future__ import annotations
@@ -351,6 +369,12 @@ def make_low_rank_ratings(
     -------
     Ratings
         Zero-based coordinates; ``bounds`` is empty (Gaussian values are unbounded).
+
+    Examples
+    --------
+    >>> r = make_low_rank_ratings(100, 80, rank=3, density=0.1, rng=0)
+    >>> r.shape, len(r.values)
+    ((100, 80), 800)
     """
     m = check_int(n_users, "n_users")
     k_items = check_int(n_items, "n_items")
@@ -417,6 +441,12 @@ def make_histogram(
     -------
     ndarray of int64, shape (n_bins,)
         Non-negative counts summing to ``n_records``.
+
+    Examples
+    --------
+    >>> x = make_histogram(8, 100, rng=0)              # zipf: bin 0 is the most likely
+    >>> x.shape, int(x.sum()), int(x.argmax())
+    ((8,), 100, 0)
     """
     k = check_int(n_bins, "n_bins")
     n = check_int(n_records, "n_records", minimum=0)
@@ -631,6 +661,15 @@ def load_adult(
         If a line has the wrong number of fields, a non-numeric numeric attribute, a category that
         is not in the published schema or an unknown label (file and line are named, not the value).
 
+    Examples
+    --------
+    With the published files in ``$DPOPT_DATASETS/adult`` (dpopt does not ship them):
+
+    >>> import os
+    >>> adult = load_adult(os.path.join(os.environ["DPOPT_DATASETS"], "adult"))  # doctest: +SKIP
+    >>> adult.X.shape, adult.bounds                                               # doctest: +SKIP
+    ((45222, 105), {'feature_l2_norm': 1.0, 'label_abs': 1.0})
+
     Notes
     -----
     **Row count.**  48,842 rows; 3,620 contain a ``?`` (in workclass, occupation or
@@ -775,6 +814,17 @@ def load_movielens(path: PathLike) -> Ratings:
         If a line does not have 4 numeric fields, an id is not a positive integer or a rating lies
         outside the published scale (file and line are named, not the value).
 
+    Examples
+    --------
+    A two-rating file in the 100K format (``user item rating timestamp``, tab-separated):
+
+    >>> import pathlib, tempfile
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "u.data"
+    >>> _ = path.write_text("1\\t10\\t4\\t881250949\\n2\\t10\\t5\\t881250950\\n")
+    >>> ratings = load_movielens(path)
+    >>> ratings.shape, ratings.values.tolist()
+    ((2, 1), [4.0, 5.0])
+
     Notes
     -----
     **Re-indexing.**  File ids are 1-based and, in the larger sets, not contiguous (MovieLens 1M has
@@ -896,6 +946,12 @@ def load_breast_cancer() -> Dataset:
     Dataset
         ``bounds = {"feature_l2_norm": 1.0, "label_abs": 1.0}``.
 
+    Examples
+    --------
+    >>> data = load_breast_cancer()
+    >>> data.X.shape, int((data.y == 1).sum())
+    ((569, 30), 212)
+
     Notes
     -----
     Privacy: the per-feature maxima come from the public description of this benchmark, but that
@@ -942,6 +998,12 @@ def load_digits_one_vs_rest(digit: int = 1) -> Dataset:
     -------
     Dataset
         1,797 rows x 64 features; ``bounds = {"feature_l2_norm": 1.0, "label_abs": 1.0}``.
+
+    Examples
+    --------
+    >>> ones = load_digits_one_vs_rest(1)
+    >>> ones.X.shape, ones.name
+    ((1797, 64), 'digits-1-vs-rest')
     """
     d = check_int(digit, "digit", minimum=0)
     if d > 9:

@@ -75,7 +75,15 @@ MAX_EPSILON = 1e6
 
 @dataclass(frozen=True)
 class Budget:
-    """A privacy budget (ε, δ).  0 < ε <= 1e6 (:data:`MAX_EPSILON`); 0 <= δ < 1."""
+    """A privacy budget (ε, δ).  0 < ε <= 1e6 (:data:`MAX_EPSILON`); 0 <= δ < 1.
+
+    Examples
+    --------
+    >>> print(Budget(1.0, 1e-5))
+    (ε=1, δ=1e-05)
+    >>> Budget(0.5).delta                  # pure ε-DP
+    0.0
+    """
 
     epsilon: float
     delta: float = 0.0
@@ -123,6 +131,17 @@ class PrivacySpent:
         is unsound and ``verified_epsilon`` is the true figure.
     notes
         Warnings recorded while composing (e.g. a lemma applied outside its preconditions).
+
+    Examples
+    --------
+    >>> from dpopt.accounting import GaussianEvent
+    >>> acct = make_accountant("pld", neighbouring="replace_one")
+    >>> acct.compose(GaussianEvent(sigma=2.0, sensitivity=1.0), count=10)
+    >>> spent = acct.spent(delta=1e-5)
+    >>> print(spent)
+    (ε=7.511, δ=1e-05)-DP [pld, replace_one]
+    >>> spent.n_events, spent.sound
+    (10, True)
     """
 
     epsilon: float
@@ -170,6 +189,22 @@ class Accountant(ABC):
     neighbouring
         ``"add_remove"`` or ``"replace_one"``: the relation under which event sensitivities are
         declared and under which subsampling lemmas are applied.
+
+    Examples
+    --------
+    An accountant with a budget refuses an event that would exceed it, before any noise is drawn:
+
+    >>> from dpopt.accounting import LaplaceEvent
+    >>> acct = make_accountant("basic", budget=Budget(1.0))
+    >>> acct.compose(LaplaceEvent(scale=2.0), label="first count")        # ε = 0.5
+    >>> acct.would_spend(LaplaceEvent(scale=1.0))                          # ask first
+    1.5
+    >>> acct.compose(LaplaceEvent(scale=1.0))
+    Traceback (most recent call last):
+    ...
+    dpopt.exceptions.BudgetExceededError: composing this event would spend ε=1.5 ...
+    >>> print(acct.spent())
+    (ε=0.5, δ=0)-DP [basic, add_remove]
     """
 
     kind: ClassVar[str] = ""
@@ -1021,6 +1056,17 @@ def make_accountant(
     """Create an accountant by name: ``"basic"``, ``"advanced"`` (paper rules), ``"rdp"``, ``"pld"`` (tight).
 
     ``"paper"`` is an alias of ``"basic"`` and ``"tight"`` of ``"pld"``.
+
+    Examples
+    --------
+    >>> from dpopt.accounting import GaussianEvent, PoissonSampledEvent
+    >>> step = PoissonSampledEvent(GaussianEvent(sigma=1.0), rate=0.01)
+    >>> for kind in ("rdp", "pld"):                  # 1000 DP-SGD steps, two tight accountants
+    ...     acct = make_accountant(kind)
+    ...     acct.compose(step, count=1000)
+    ...     print(kind, round(acct.spent(delta=1e-5).epsilon, 1))
+    rdp 2.1
+    pld 1.8
     """
     name = {"paper": "basic", "tight": "pld"}.get(kind, kind)
     if name not in _KINDS:

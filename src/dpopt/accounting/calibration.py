@@ -75,6 +75,11 @@ def gaussian_sigma(
     Δ·sqrt(2 ln(1.25/δ))/ε (Dwork-Roth; proven only for ε < 1) and ``"coa"`` is the variant
     Δ·sqrt(2 ln(2/δ))/ε of the COA paper.  When a classic formula gives less noise than the exact
     requirement (large ε) a :class:`PrivacyClaimWarning` states the true ε.
+
+    Examples
+    --------
+    >>> round(gaussian_sigma(1.0, 1e-5), 4), round(gaussian_sigma(1.0, 1e-5, method="classic"), 4)
+    (3.7306, 4.8448)
     """
     eps = check_positive(epsilon, "epsilon")
     d = check_probability(delta, "delta", open_left=True)
@@ -234,6 +239,16 @@ def calibrate_noise(
     One unsampled Gaussian release uses the exact analytic calibration; one Laplace release, or
     Laplace releases under basic composition, use b = stepsΔ/ε; everything else bisects on the
     chosen accountant (default the tight PLD accountant).
+
+    Examples
+    --------
+    >>> from dpopt.accounting import Budget
+    >>> round(calibrate_noise(Budget(1.0, 1e-5)), 4)                       # one Gaussian release
+    3.7306
+    >>> round(calibrate_noise(Budget(1.0, 1e-5), steps=100), 1)            # 100 composed releases
+    37.3
+    >>> calibrate_noise(Budget(1.0), family="laplace", steps=10, accountant="basic")
+    10.0
     """
     if not isinstance(budget, Budget):
         raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
@@ -316,6 +331,18 @@ def certify(
     kind -- which rounds pessimistically -- accepts ``make_event(p)`` within ``budget``.  The result
     is therefore on the certified side, within a factor ``ratio`` of the closed form when that is
     exact.  ``make_event`` must spend less as p grows.
+
+    Examples
+    --------
+    Certify σ for 50 Gaussian releases, starting from the closed form σ₁·√50:
+
+    >>> import math
+    >>> from dpopt.accounting import Budget, GaussianEvent, RepeatedEvent
+    >>> budget = Budget(1.0, 1e-5)
+    >>> start = math.sqrt(50) * gaussian_sigma(1.0, 1e-5)
+    >>> sigma = certify(lambda s: RepeatedEvent(GaussianEvent(s), 50), start, budget)
+    >>> 1.0 <= sigma / start < 1.01
+    True
     """
     if not isinstance(budget, Budget):
         raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")

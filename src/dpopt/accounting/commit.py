@@ -114,6 +114,20 @@ def commit(
     This function is where the guarantee is established: nothing may be drawn before it returns.
     It refuses (``BudgetExceededError``) when the plan does not fit ``budget`` or the caller's
     budget, and leaves the caller's accountant unchanged in that case.
+
+    Examples
+    --------
+    A method that will add Gaussian noise 20 times pays for the whole plan first:
+
+    >>> from dpopt.accounting import Budget, GaussianEvent, RepeatedEvent, make_accountant
+    >>> ledger = make_accountant("pld", budget=Budget(2.0, 1e-5), neighbouring="replace_one")
+    >>> plan = RepeatedEvent(GaussianEvent(sigma=20.0), 20)
+    >>> spent = commit(plan, budget=Budget(1.0, 1e-5), neighbouring="replace_one",
+    ...                accountant=ledger, label="my method")
+    >>> print(spent)
+    (ε=0.8197, δ=1e-05)-DP [pld, replace_one]
+    >>> len(ledger.ledger)
+    1
     """
     rel = check_neighbouring(neighbouring)
     acct = check_caller_accountant(accountant, rel)

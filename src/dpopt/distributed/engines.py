@@ -291,6 +291,8 @@ class ProcessEngine(Engine):
     timeout : float, default 600
         Seconds to wait for one reply before declaring the worker dead.
 
+    Notes
+    -----
     Workers stay alive between jobs run on the same engine object (they receive the new shard
     programs), until :meth:`close`; dead workers are replaced at the next start.
     """
