@@ -1,4 +1,5 @@
-"""The ``dpopt`` command: ``list``, ``reproduce``, ``report``, ``tour``, ``docs``, ``strategy`` and ``answer``.
+"""The ``dpopt`` command: ``list``, ``reproduce``, ``report``, ``tour``, ``docs``, ``strategy``, ``answer``
+and ``ledger`` (:mod:`dpopt.cli_ledger`).
 
 Errors (unknown experiment, bad option values, unusable output directory, unreadable input files,
 any dpopt error) print one line ``dpopt: error: ...`` on stderr and exit with status 2.
@@ -186,16 +187,19 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     )
     if args.resume and args.overwrite:
         raise _UsageError("--resume and --overwrite cannot be used together")
-    result = run_experiment(
-        experiment.name,
-        scale=args.scale,
-        seeds=seeds,
-        out_dir=out,
-        progress=not args.no_progress,
-        resume=args.resume,
-        overwrite=args.overwrite,
-        overrides=dict(args.set),
-    )
+    from dpopt.cli_ledger import ledger_charging
+
+    with ledger_charging(args, command=f"dpopt reproduce {experiment.name}") as ledger_acct:
+        result = run_experiment(
+            experiment.name,
+            scale=args.scale,
+            seeds=seeds,
+            out_dir=out,
+            progress=not args.no_progress,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            overrides=dict(args.set),
+        )
     console = _console()
     if result.skipped_seeds:
         console.print(
@@ -208,6 +212,8 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     )
     for fig in result.figures:
         console.print(f"figure: {fig}", markup=False)
+    if ledger_acct is not None:
+        console.print(f"ledger: dataset {ledger_acct.dataset} has spent {ledger_acct.spent()}", markup=False)
     if not args.no_report:
         report = write_report(result.out_dir)
         console.print(f"report: {report}", markup=False)
@@ -452,6 +458,14 @@ def _cmd_answer(args: argparse.Namespace) -> int:
     except InvalidParameterError as exc:
         variances = None
         _note(f"no per-query error: {exc}")
+    from dpopt.cli_ledger import ledger_accountant
+
+    ledger_acct = ledger_accountant(args, command=f"dpopt answer {args.workload}")
+    if ledger_acct is not None and ledger_acct.neighbouring != args.neighbouring:
+        raise _UsageError(
+            f"--neighbouring {args.neighbouring}: the ledger dataset {ledger_acct.dataset} is declared under "
+            f"{ledger_acct.neighbouring} neighbours; pass --neighbouring {ledger_acct.neighbouring}"
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = answer(
@@ -461,6 +475,7 @@ def _cmd_answer(args: argparse.Namespace) -> int:
             rng=args.seed,  # None: fresh OS entropy
             strategy=strategy,
             neighbouring=args.neighbouring,
+            accountant=ledger_acct,  # None: a fresh accountant limited to --epsilon/--delta
         )
     _warn_lines(caught)
     std: np.ndarray[Any, Any] | None = None
@@ -491,6 +506,8 @@ def _cmd_answer(args: argparse.Namespace) -> int:
     if result.bias > 1e-12:
         _note(f"the workload is not in the strategy's row space (relative bias {result.bias:.3g})")
     console.print(f"answers: {out} ({len(result.values)} queries)", markup=False)
+    if ledger_acct is not None:
+        console.print(f"ledger: dataset {ledger_acct.dataset} has spent {ledger_acct.spent()}", markup=False)
     if args.per_query and std is not None:
         shown = min(_PER_QUERY_ROWS, len(std))
         table = Table(
@@ -514,6 +531,7 @@ def _cmd_answer(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``list``, ``reproduce``, ``report``, ``tour``, ``strategy``, ``answer``)."""
     from dpopt import __version__
+    from dpopt.cli_ledger import add_ledger_options, add_ledger_parser
 
     parser = _Parser(
         prog=PROG,
@@ -553,6 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="change one setting of the configuration, e.g. '--set dataset=movielens:ratings.dat' or "
         "'--set threads=1,2' (repeatable; lists are comma-separated; the settings are in the run's config.json)",
     )
+    add_ledger_options(p)
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("report", help="write DIR/index.html for the runs found in DIR")
@@ -645,7 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"print the expected error of the first {_PER_QUERY_ROWS} queries",
     )
+    add_ledger_options(p)
     p.set_defaults(func=_cmd_answer)
+    add_ledger_parser(sub)
     return parser
 
 
@@ -662,7 +683,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command is None:
             raise _UsageError(
-                "a command is required: list, reproduce, report, tour, docs, strategy or answer (see 'dpopt --help')"
+                "a command is required: list, reproduce, report, tour, docs, strategy, answer or ledger "
+                "(see 'dpopt --help')"
             )
         return int(args.func(args))
     except SystemExit as exc:  # --help and --version

@@ -27,7 +27,7 @@ from dpopt.accounting.calibration import (
     gaussian_sigma,
     laplace_scale,
 )
-from dpopt.accounting.commit import charge, check_caller_accountant, commit, non_private_spent
+from dpopt.accounting.commit import charge, charging, check_caller_accountant, commit, non_private_spent
 from dpopt.accounting.events import (
     ComposedEvent,
     EpsilonDeltaEvent,
@@ -75,6 +75,7 @@ __all__ = [
     "calibrate_noise",
     "certify",
     "charge",
+    "charging",
     "check_caller_accountant",
     "check_neighbouring",
     "commit",

@@ -20,17 +20,55 @@ caller's accountant.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from dpopt.accounting.accountants import Accountant, Budget, InfoNote, PrivacySpent, make_accountant
 from dpopt.accounting.events import Neighbouring, NonPrivateEvent, PrivacyEvent, check_neighbouring
 from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
 
-__all__ = ["charge", "check_caller_accountant", "commit", "non_private_spent"]
+__all__ = ["charge", "charging", "check_caller_accountant", "commit", "non_private_spent"]
+
+#: accountants that every release of this process is also charged to (see :func:`charging`)
+_CHARGING: list[Accountant] = []
+_CHARGING_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def charging(accountant: Accountant) -> Iterator[Accountant]:
+    """Within the block, every release paid through :func:`commit` or :func:`charge` in this
+    process (any thread) is also composed into ``accountant``, before its noise is drawn.
+
+    This is how ``dpopt reproduce --ledger URL --dataset NAME`` charges every release of an
+    experiment to a persistent ledger without each experiment passing ``accountant=`` along.
+    A release refused by ``accountant`` (over its budget) raises and is not drawn.  Releases
+    analysed under a neighbouring relation other than the accountant's are refused.
+    """
+    acct = check_caller_accountant(accountant)
+    if acct is None:
+        raise InvalidParameterError("accountant: expected a dpopt.accounting.Accountant")
+    with _CHARGING_LOCK:
+        _CHARGING.append(acct)
+    try:
+        yield acct
+    finally:
+        with _CHARGING_LOCK:
+            _CHARGING.remove(acct)
+
+
+def _charge_ambient(
+    event: PrivacyEvent, label: str, neighbouring: Neighbouring | None, already: Accountant | None
+) -> None:
+    with _CHARGING_LOCK:
+        extra = [a for a in _CHARGING if a is not already]
+    for acct in extra:
+        check_caller_accountant(acct, neighbouring, who=label or "this release")
+        acct.compose(event, label=label)
 
 
 def non_private_spent(neighbouring: Neighbouring = "replace_one") -> PrivacySpent:
@@ -69,6 +107,8 @@ def charge(accountant: Accountant | None, event: PrivacyEvent, label: str = "") 
     acct = check_caller_accountant(accountant)
     if acct is not None:
         acct.compose(event, label=label)
+    if _CHARGING:
+        _charge_ambient(event, label, acct.neighbouring if acct is not None else None, acct)
 
 
 def commit(
@@ -134,6 +174,8 @@ def commit(
     if event is None or budget is None:
         if acct is not None:
             acct.compose(NonPrivateEvent("noise switched off"), label=label)
+        if _CHARGING:
+            _charge_ambient(NonPrivateEvent("noise switched off"), label, rel, acct)
         return non_private_spent(rel)
     if not isinstance(budget, Budget):
         raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
@@ -144,6 +186,8 @@ def commit(
             warnings.warn(note, PrivacyClaimWarning, stacklevel=3)
     if acct is not None:
         acct.compose(event, label=label)
+    if _CHARGING:
+        _charge_ambient(event, label, rel, acct)
     if warn and not spent.sound:
         warnings.warn(
             f"{label or 'release'}: the paper's calibration claims ε={spent.epsilon:.4g} but the mechanism "

@@ -496,12 +496,10 @@ def plan_noise(
         n = int(n_samples)
         q = m / n
     if budget is None:
+        from dpopt.accounting import NonPrivateEvent, charge
         from dpopt.solvers._result import non_private_spent
 
-        if accountant is not None:
-            from dpopt.accounting import NonPrivateEvent
-
-            accountant.compose(NonPrivateEvent("noise switched off"), label=label)
+        charge(accountant, NonPrivateEvent("noise switched off"), label)  # also any charging() ledger
         return NoisePlan(None, np.zeros(T), 0.0, segs, sampling, non_private_spent(), None, "none")
     eps = budget.epsilon
     notes: list[str] = []
