@@ -191,8 +191,8 @@ def test_same_seed_same_result_and_seed_matters() -> None:
     a, b, c = alg.run(data, rng=1), alg.run(data, rng=1), alg.run(data, rng=2)
     assert np.array_equal(a.models, b.models)
     assert not np.array_equal(a.models, c.models)
-    with pytest.raises(InvalidParameterError, match="secure"):  # no hardened sampler: refused
-        alg.run(data, rng="secure")
+    sec = alg.run(data, rng="secure")  # run key from the OS CSPRNG (noise: floating point, keyed by it)
+    assert np.all(np.isfinite(sec.models)) and any("OS CSPRNG" in n for n in sec.privacy.notes)
     s = alg.run(data, rng=None)
     assert np.all(np.isfinite(s.models))
 

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -132,3 +136,106 @@ def test_ray_local_cluster_bit_identical_and_recovers(problem, reference) -> Non
         _assert_same(reference, alg.run(data, rng=7, engine=eng, record_models=True))  # actors are reused
         assert eng.actors == actors
     assert not ray.is_initialized()
+
+
+def test_wait_limit_is_adaptive_with_a_floor() -> None:
+    eng = ProcessEngine(1, timeout_floor=5.0, startup_timeout=30.0)
+    assert eng.wait_limit() == 5.0 and eng.wait_limit("start-up") == 30.0
+    eng._observe(2.0)  # rounds observed to take 2 s: wait up to 10x
+    assert eng.wait_limit() == 20.0
+    assert ProcessEngine(1, timeout=3.0).wait_limit() == 3.0
+    with pytest.raises(InvalidParameterError, match="timeout"):
+        ProcessEngine(1, timeout=0.0)
+
+
+def test_stalled_worker_is_handled_like_a_dead_one(problem, reference) -> None:
+    alg, data = problem
+    with ProcessEngine(2, timeout=2.0) as eng:
+        stopped: list[int] = []
+
+        def stop_at_round_6(info) -> None:
+            if info.round == 6 and not stopped:
+                stopped.append(eng.pids[1])
+                os.kill(eng.pids[1], signal.SIGSTOP)
+
+        res = alg.run(
+            data, rng=7, engine=eng, checkpoint_every=4, callback=stop_at_round_6, record_models=True
+        )
+        assert stopped and res.parameters["recoveries"] == 1
+        assert any("did not answer within 2 s" in n for n in res.privacy.notes)
+        _assert_same(reference, res)  # recovered from the checkpoint with the same noise
+        stopped.clear()
+        with pytest.raises(EngineError, match=r"did not answer within 2 s.*nodes 4\.\.6; round 7") as info:
+            alg.run(data, rng=7, engine=eng, callback=stop_at_round_6, max_recoveries=0)
+        assert info.value.crashed and info.value.shard == 1
+        with pytest.raises(ProcessLookupError):  # the stalled worker was killed, not left behind
+            for _ in range(50):
+                os.kill(stopped[0], 0)
+                time.sleep(0.1)
+
+
+_DRIVER = """
+import os, sys, time
+import numpy as np
+from dpopt.datasets import make_logistic
+from dpopt.distributed.admm import PrivateADMM
+from dpopt.distributed.engines import ProcessEngine
+from dpopt.distributed.topology import ring
+
+if __name__ == "__main__":
+    ds = make_logistic(200, 3, rng=0)
+    data = [(ds.X[i::4], ds.y[i::4]) for i in range(4)]
+    alg = PrivateADMM(ring(4), method="pp", noise_rate=3.0, max_iter=1000, loss_weight=10.0, reg=1.0)
+    eng = ProcessEngine(2)
+
+    def report(info):
+        if info.round == 2:
+            print(" ".join(map(str, eng.pids)), flush=True)
+        if info.round >= 2:
+            time.sleep(0.5)
+
+    alg.run(data, rng=1, engine=eng, callback=report)
+"""
+
+
+def test_workers_do_not_outlive_a_killed_driver(tmp_path) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text(_DRIVER)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = _read_line(proc, 120)
+        pids = [int(p) for p in line.split()]
+        assert len(pids) == 2
+        os.kill(pids[0], signal.SIGSTOP)  # a stopped worker must die too
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in pids if _alive(p)]
+            time.sleep(0.1)
+        assert not alive, f"worker processes {alive} outlived the driver"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, "the driver did not report its workers in time"
+    return proc.stdout.readline()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (dead, not yet reaped by init) is not alive
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

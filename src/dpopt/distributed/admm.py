@@ -24,7 +24,9 @@ The algorithm is written as per-node steps (:mod:`dpopt.distributed._admm_node`)
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import secrets
 import warnings
 from collections.abc import Mapping, Sequence
@@ -56,8 +58,10 @@ from dpopt.distributed.admm_privacy import (
     pp_privacy_bound_geometric,
     primal_privacy_bound,
 )
+from dpopt.distributed.checkpoint import CheckpointError, RunStore, fingerprint_arrays
 from dpopt.distributed.engines import Engine, EngineError, make_engine
 from dpopt.distributed.schedules import Schedule, as_schedule, geometric
+from dpopt.distributed.sites import Site, SiteShardSpec, as_sites, make_site_shard, site_groups
 from dpopt.distributed.topology import Topology, shard_nodes
 from dpopt.exceptions import (
     BoundsViolationError,
@@ -70,11 +74,13 @@ from dpopt.randomness import RNGLike, SecureRNG, check_rng
 
 __all__ = [
     "ADMMResult",
+    "CheckpointError",
     "LocalSolveError",
     "Method",
     "PrivateADMM",
     "RoundInfo",
     "Schedule",
+    "Site",
     "calibrate_noise_rate",
     "centralized_solution",
     "geometric",
@@ -248,6 +254,94 @@ def centralized_solution(
 
 
 # ----------------------------------------------------------------------------------------------
+# Run-loop helpers (no data: only public values and released vectors)
+# ----------------------------------------------------------------------------------------------
+
+
+def _xy_rows(x: Array, y: Array) -> Array:
+    """A node's rows y_n x_n as the shard program wants them (module level: runs in site workers)."""
+    return np.ascontiguousarray(y[:, None] * x)
+
+
+def _draw_key(g: np.random.Generator | SecureRNG | None) -> tuple[int, int]:
+    """The run's noise key: from the OS CSPRNG for ``"secure"``, else from the generator."""
+    if g is None or isinstance(g, SecureRNG):
+        return (secrets.randbits(63), secrets.randbits(63))
+    k2 = g.integers(0, 2**63 - 1, size=2)
+    return (int(k2[0]), int(k2[1]))
+
+
+def _already_composed(accountant: Accountant | None, label: str) -> bool:
+    """True when the accountant's ledger already holds an entry with this run's label."""
+    if accountant is None:
+        return False
+    return any(getattr(e, "label", None) == label for e in getattr(accountant, "ledger", ()))
+
+
+def _join_state(snaps: Sequence[Mapping[str, Any]], groups: Sequence[NDArray[np.int64]], n: int, dim: int) -> dict[str, Array]:
+    """Per-shard snapshots (arrays with one row per shard node) as global per-node arrays."""
+    out: dict[str, Array] = {}
+    for key in snaps[0]:
+        first = np.asarray(snaps[0][key])
+        arr = np.zeros((n, *first.shape[1:]), dtype=first.dtype)
+        for grp, snap in zip(groups, snaps, strict=True):
+            arr[grp] = np.asarray(snap[key])
+        out[key] = arr
+    return out
+
+
+def _split_state(arrays: Mapping[str, Array], groups: Sequence[NDArray[np.int64]]) -> list[dict[str, Array]]:
+    """Global per-node arrays as per-shard snapshots (any shard layout)."""
+    return [{k: np.ascontiguousarray(v[grp]) for k, v in arrays.items()} for grp in groups]
+
+
+def _gather_models(snaps: Sequence[Mapping[str, Any]], groups: Sequence[NDArray[np.int64]], n: int, dim: int) -> Array:
+    models = np.zeros((n, dim))
+    for grp, snap in zip(groups, snaps, strict=True):
+        models[grp] = snap["F"]
+    return models
+
+
+def _digest(models: Array) -> bytes:
+    return hashlib.sha256(np.ascontiguousarray(models, dtype="<f8").tobytes()).digest()
+
+
+def _log_release(store: RunStore | None, logged: dict[int, bytes], round_: int, models: Array) -> None:
+    """Append round ``round_``'s released vectors to the run's log, or check a replayed round against it."""
+    if store is None:
+        return
+    if round_ in logged:
+        if logged[round_] != _digest(models):
+            raise CheckpointError(
+                f"replayed round {round_} differs from the message released before the restart (the log "
+                "in the run directory): the data, the code or the key changed; the run stops here"
+            )
+        return
+    store.append_release(round_, models)
+    logged[round_] = _digest(models)
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def _name_sites(
+    err: EngineError, sites: Sequence[Site] | None, groups: Sequence[NDArray[np.int64]], t: int
+) -> EngineError:
+    """The engine's error, naming the sites (or nodes) of the failed shard and the round."""
+    where = ""
+    if err.shard is not None and 0 <= err.shard < len(groups):
+        grp = groups[err.shard]
+        if sites is not None:
+            where = "sites " + ", ".join(sites[int(i)].name for i in grp)
+        else:
+            where = f"nodes {int(grp[0])}..{int(grp[-1])}"
+    lines = str(err).splitlines()
+    head = f"{lines[0]} [{where}; round {t + 1}]" if where else f"{lines[0]} [round {t + 1}]"
+    return EngineError("\n".join([head, *lines[1:]]), shard=err.shard, round=err.round, crashed=err.crashed)
+
+
+# ----------------------------------------------------------------------------------------------
 # The driver
 # ----------------------------------------------------------------------------------------------
 
@@ -357,10 +451,13 @@ class PrivateADMM:
 
     *Calibration*: ``"paper"`` — the bound of Thm 4.1 as stated (dpopt has found no error in it
     under the assumptions above).  Randomness: noise draws are keyed by (run seed, node, round), so
-    a replayed round (recovery after a worker failure) releases the same values and spends nothing
-    extra.  ``rng="secure"`` is refused for the private methods (no hardened l2-Laplace sampler:
-    the noise is floating point, drawn from keyed streams); ``None`` draws the run key from fresh OS
-    entropy.
+    a replayed round (recovery after a worker failure, or a resumed run after a driver crash, see
+    ``checkpoint_dir``) releases the same values and spends nothing extra.  ``rng="secure"`` and
+    ``None`` draw the run key from the operating system's CSPRNG; the l2-Laplace noise is then
+    drawn in floating point from numpy streams keyed by it (ADMM has no exact sampler for this
+    continuous noise; ``privacy.notes`` says so).  With ``checkpoint_dir`` the key is stored there
+    before any noise is drawn (a secret file, mode 0600) so that a crash never leads to fresh noise
+    for a released round.
     """
 
     def __init__(
@@ -509,12 +606,11 @@ class PrivateADMM:
 
     # -- checks ---------------------------------------------------------------------------------
 
-    def _assumption_failures(self, xs: Sequence[Array], sizes: Array) -> list[str]:
+    def _assumption_failures(self, norms_ok: bool, sizes: Array) -> list[str]:
         fails = []
         deg = self.topology.degrees.astype(float)
         c = self.loss_weight
-        norms = max(float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) for x in xs)
-        if norms > 1.0 + _NORM_TOL:
+        if not norms_ok:
             fails.append("a feature row has l2 norm > 1 (the bound needs ‖x‖₂ <= 1; normalise rows)")
         if self.method == "primal":
             return fails  # output perturbation needs only the norm bound (and exact solves)
@@ -534,7 +630,7 @@ class PrivateADMM:
 
     def run(
         self,
-        data: Sequence[tuple[Any, Any]],
+        data: Sequence[tuple[Any, Any]] | Sequence[Site],
         *,
         rng: RNGLike,
         engine: str | Engine = "inprocess",
@@ -544,27 +640,42 @@ class PrivateADMM:
         max_recoveries: int = 3,
         callback: Callback | None = None,
         accountant: Accountant | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        resume: bool = False,
+        site_diagnostics: bool = False,
     ) -> ADMMResult:
-        """Run T rounds on per-node data ``data[i] = (X_i, y_i)``.
+        """Run T rounds on per-node data: in-memory pairs ``(X_i, y_i)`` or :class:`Site` loaders.
 
         Parameters
         ----------
-        data : sequence of (X_i, y_i)
-            One pair per node: X_i of shape (B_i, d), labels in {−1, +1}.
-        rng : int, Generator or None
+        data : sequence of (X_i, y_i) or of Site
+            One entry per node.  Pairs: X_i of shape (B_i, d), labels in {−1, +1}, held by the
+            driver (simulations, reproductions).  :class:`~dpopt.distributed.sites.Site` objects:
+            each site's rows are loaded inside the worker that hosts it (on Ray, an actor placed on
+            the machine offering the resource ``site:NAME``); the driver only learns the public
+            node sizes B_i, the dimension, whether the declared bounds hold (yes/no), and the
+            released primals.  Sites sharing a ``group`` share a worker; shards = site groups.
+        rng : int, Generator, "secure" or None
             Run key for initialisation and noise (every draw keyed by node, round and purpose).
-            ``"secure"`` is refused for the private methods (no hardened sampler).
+            ``None`` and ``"secure"`` draw the key from the operating system's CSPRNG (the noise
+            itself is drawn in floating point from numpy streams keyed by it; ADMM has no exact
+            sampler).  With ``checkpoint_dir`` the key is stored there (secret, mode 0600) before
+            any noise is drawn, and a resumed run uses the stored key whatever ``rng`` says (an
+            int seed that derives another key is refused).
         engine : {"inprocess", "processes", "ray"} or Engine
             Where shards run.  An engine given by name is created and closed by this call; an Engine
             instance is left open.
         n_shards : int, optional
-            Number of shards (contiguous node groups); default: the engine's worker count.
+            Number of shards (contiguous node groups); default: the engine's worker count (with
+            sites: the number of site groups).
         record_models : bool, default False
             Keep every released f_i(t) in ``models_history``.
         checkpoint_every : int, default 10
-            Rounds between per-shard checkpoints; after a worker failure the run restarts the
-            workers from the last checkpoint and replays (bit-identically), at most
-            ``max_recoveries`` times, else re-raises :class:`~dpopt.distributed.engines.EngineError`.
+            Rounds between per-shard checkpoints (in memory, and in ``checkpoint_dir`` when given);
+            after a worker failure or a worker that stops answering (see the engines' ``timeout``)
+            the run restarts the workers from the last checkpoint and replays (bit-identically), at
+            most ``max_recoveries`` times, else raises
+            :class:`~dpopt.distributed.engines.EngineError` naming the sites and the round.
         callback : callable, optional
             ``callback(info)`` after each round with a :class:`dpopt.iteration.IterationInfo`
             (``info.nit``/``info.round``, ``info.models``, ``info.privacy_bound``: public values
@@ -573,7 +684,21 @@ class PrivateADMM:
         accountant : Accountant, optional
             A caller's ledger (``neighbouring="replace_one"``): the whole planned run's guarantee
             (the worst node's bound P(T) over all T rounds, pure ε) is composed into it before any
-            noise is drawn; it refuses when over its budget (nothing is drawn then).
+            noise is drawn; it refuses when over its budget (nothing is drawn then).  The entry's
+            label carries the run id; a resumed run is not composed again into a ledger that holds
+            it (a persistent ledger), so resuming never charges twice.
+        checkpoint_dir : path, optional
+            Durable run directory (:mod:`dpopt.distributed.checkpoint`): the noise key (**secret**,
+            mode 0600), the per-node state every ``checkpoint_every`` rounds (atomic) and an
+            append-only log of every released message.
+        resume : bool, default False
+            Continue the run stored in ``checkpoint_dir`` after a crash (or start it when the
+            directory holds none): rounds after the last checkpoint are replayed with the stored
+            key, checked against the log, and never get fresh noise.
+        site_diagnostics : bool, default False
+            With sites: let the workers report the non-private diagnostics computed on their rows
+            (losses, gradient norms).  Off by default, so that only released primals leave a site
+            (``nonprivate_history`` is then NaN except ``consensus_error``).
 
         Returns
         -------
@@ -582,137 +707,238 @@ class PrivateADMM:
         Notes
         -----
         **Privacy**: see the class docstring (pure ε-DP, replace-one, P(T) worst case over nodes,
-        ``"paper"`` bound of Thm 4.1; covers all broadcast primals).
+        ``"paper"`` bound of Thm 4.1; covers all broadcast primals).  A resumed run releases
+        exactly the messages of the original (same key, same data): the guarantee is that of one
+        run.  If a site's data changed between the crash and the resume, the replayed messages
+        differ from the log and the run stops at the first such round (that round's messages have
+        then been exchanged between the sites: do not change data under a run directory).
         """
         topo = self.topology
         n = topo.n_nodes
-        xs, ys, dim = _check_data(data, n)
-        sizes = np.array([x.shape[0] for x in xs], dtype=float)
-        private = self.method in _PRIVATE
-        notes: list[str] = []
-        claim_holds = True
-        if private:
-            fails = self._assumption_failures(xs, sizes)
-            if fails:
-                msg = "assumptions of the privacy bound fail: " + "; ".join(fails)
-                if self.mode == "strict":
-                    err = BoundsViolationError if any("norm" in f for f in fails) else InvalidParameterError
-                    raise err(msg + " (mode='reproduce' runs anyway and reports ε = inf)")
-                warnings.warn(msg + "; the reported ε is inf", PrivacyClaimWarning, stacklevel=2)
-                notes.append(msg)
-                claim_holds = False
-            if self.inexact_fraction > 0:
-                solve_note = (
-                    f"every local solve certified to ‖∇Φ‖ <= solve_tol={self.solve_tol:g}; the distance to the "
-                    f"exact minimiser is covered by an output noise paid with a share {self.inexact_fraction:g} "
-                    "of the guarantee (approximate minima perturbation)"
-                )
-            else:
-                solve_note, _ = exact_solve_note(self.local_tol, self.method)  # spec §7.2 A3
-                warnings.warn(
-                    solve_note + " (inexact_fraction=0: the residual of the local solves is not accounted for)",
-                    PrivacyClaimWarning,
-                    stacklevel=2,
-                )
-        elif np.any(self._theta > self._penalty):
-            warnings.warn(
-                "θ_i(r) > η_i(r) for some node and round: outside M-ADMM's convergence theorem",
-                UserWarning,
-                stacklevel=2,
-            )
-        if np.any(self._theta != self._theta[:, :1]):
-            warnings.warn(
-                "node-dependent θ: Σ_i λ_i(t) is no longer conserved, so M-ADMM converges to a consensual "
-                "point that is in general NOT the minimiser of Z(1) (use one θ shared by all nodes)",
-                UserWarning,
-                stacklevel=2,
-            )
-            notes.append("node-dependent θ: the consensual limit is biased (Σλ_i ≠ 0)")
-        dominance = float(
-            (2.0 * self._penalty * topo.degrees[None, :]).max() / (self.loss_weight * LOGISTIC_C1)
-        )
-        if dominance > 1e8:
-            notes.append(
-                f"penalty 2ηV exceeds the data curvature bound C·c₁ by {dominance:.1e} (> 1e8): the local "
-                "solves barely see the data and progress stalls (spec N12)"
-            )
-        if np.any(np.diff(self._penalty, axis=0) < 0):
-            notes.append("η_i(t) decreases somewhere: outside the convergence theorem (Thm 3.1)")
-        ledger = self.privacy_bound(sizes)
-        alpha = self._alpha_table(sizes) if private else None
-        if isinstance(self.init, np.ndarray) and self.init.shape != (n, dim):
-            raise InvalidParameterError(f"init: expected shape ({n}, {dim})")
-        g = check_rng(rng)
-        if private and isinstance(g, SecureRNG):  # refused before anything is spent or drawn
-            raise InvalidParameterError(
-                "rng='secure': private ADMM has no hardened sampler (its l2-Laplace noise is drawn in "
-                "floating point from streams keyed by (run key, node, round) so that a restarted round "
-                "replays the same noise); pass an int seed or None (fresh OS entropy for the run key)"
-            )
-        self._commit(private, claim_holds, float(ledger[-1].max()) if private else math.inf, accountant)
-        # run key
-        if isinstance(g, SecureRNG):
-            key = (secrets.randbits(63), secrets.randbits(63))
-        else:
-            k2 = g.integers(0, 2**63 - 1, size=2)
-            key = (int(k2[0]), int(k2[1]))
-        # engine and shards
-        eng = make_engine(engine)
+        sites = as_sites(data)
+        xs: list[Array] | None = None
+        ys: list[Array] | None = None
+        eng: Engine | None = None
         own_engine = not isinstance(engine, Engine)
-        shards_wanted = n_shards if n_shards is not None else getattr(eng, "default_shards", 1)
-        groups = shard_nodes(n, check_int(shards_wanted, "n_shards"))
-        perturbation = {"pp": "penalty", "dvp": "penalty", "primal": "primal"}.get(self.method, "none")
-        inexact = self._inexact_rate_table(sizes, alpha) if alpha is not None else None
-        specs, sources = self._build_specs(groups, xs, ys, alpha, inexact, perturbation, key, dim)
-        t_ = self.n_rounds
-        models_hist = np.zeros((t_ + 1, n, dim)) if record_models else None
-        hist = {
-            k: np.zeros((t_, n)) for k in ("loss", "local_grad_norm", "local_rel_grad_norm", "newton_iters")
-        }
-        consensus = np.zeros(t_)
-        models = np.zeros((n, dim))
+        placement: list[dict[str, float]] | None = None
+        if sites is None:
+            xs, ys, dim = _check_data(data, n)  # type: ignore[arg-type]
+            sizes = np.array([x.shape[0] for x in xs], dtype=float)
+            norms_ok = max(float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) for x in xs) <= 1.0 + _NORM_TOL
+        elif len(sites) != n:
+            raise InvalidParameterError(f"data: expected {n} sites (one per node), got {len(sites)}")
         status = "completed"
         recoveries = 0
         try:
-            eng.start(_admm_node.make_shard, specs, sources)
+            if sites is not None:
+                groups = site_groups(sites)
+                if n_shards is not None and check_int(n_shards, "n_shards") != len(groups):
+                    raise InvalidParameterError(
+                        f"n_shards: with sites the shards are the {len(groups)} site groups (Site.group)"
+                    )
+                placement = [{sites[int(i)].resource: 1.0 for i in grp} for grp in groups]
+                eng = make_engine(engine)
+                probe = [
+                    SiteShardSpec(sites=tuple(sites[int(i)] for i in grp), norm_bound=1.0 + _NORM_TOL)
+                    for grp in groups
+                ]
+                eng.start(make_site_shard, probe, [()] * len(groups), placement=placement)
+                described = [d for part in eng.call("describe") for d in part]
+                by_name = {d["name"]: d for d in described}
+                sizes = np.array([by_name[s.name]["n_rows"] for s in sites], dtype=float)
+                dims = {int(d["dim"]) for d in described}
+                if len(dims) != 1:
+                    raise InvalidParameterError(
+                        "data: the sites do not share one feature space (their dimensions differ)"
+                    )
+                dim = dims.pop()
+                norms_ok = all(d["norm_ok"] for d in described)
+            private = self.method in _PRIVATE
+            notes: list[str] = []
+            claim_holds = True
+            if private:
+                fails = self._assumption_failures(norms_ok, sizes)
+                if fails:
+                    msg = "assumptions of the privacy bound fail: " + "; ".join(fails)
+                    if self.mode == "strict":
+                        err = BoundsViolationError if any("norm" in f for f in fails) else InvalidParameterError
+                        raise err(msg + " (mode='reproduce' runs anyway and reports ε = inf)")
+                    warnings.warn(msg + "; the reported ε is inf", PrivacyClaimWarning, stacklevel=2)
+                    notes.append(msg)
+                    claim_holds = False
+                if self.inexact_fraction > 0:
+                    solve_note = (
+                        f"every local solve certified to ‖∇Φ‖ <= solve_tol={self.solve_tol:g}; the distance to the "
+                        f"exact minimiser is covered by an output noise paid with a share {self.inexact_fraction:g} "
+                        "of the guarantee (approximate minima perturbation)"
+                    )
+                else:
+                    solve_note, _ = exact_solve_note(self.local_tol, self.method)  # spec §7.2 A3
+                    warnings.warn(
+                        solve_note + " (inexact_fraction=0: the residual of the local solves is not accounted for)",
+                        PrivacyClaimWarning,
+                        stacklevel=2,
+                    )
+            elif np.any(self._theta > self._penalty):
+                warnings.warn(
+                    "θ_i(r) > η_i(r) for some node and round: outside M-ADMM's convergence theorem",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            if np.any(self._theta != self._theta[:, :1]):
+                warnings.warn(
+                    "node-dependent θ: Σ_i λ_i(t) is no longer conserved, so M-ADMM converges to a consensual "
+                    "point that is in general NOT the minimiser of Z(1) (use one θ shared by all nodes)",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                notes.append("node-dependent θ: the consensual limit is biased (Σλ_i ≠ 0)")
+            dominance = float(
+                (2.0 * self._penalty * topo.degrees[None, :]).max() / (self.loss_weight * LOGISTIC_C1)
+            )
+            if dominance > 1e8:
+                notes.append(
+                    f"penalty 2ηV exceeds the data curvature bound C·c₁ by {dominance:.1e} (> 1e8): the local "
+                    "solves barely see the data and progress stalls (spec N12)"
+                )
+            if np.any(np.diff(self._penalty, axis=0) < 0):
+                notes.append("η_i(t) decreases somewhere: outside the convergence theorem (Thm 3.1)")
+            ledger = self.privacy_bound(sizes)
+            alpha = self._alpha_table(sizes) if private else None
+            if isinstance(self.init, np.ndarray) and self.init.shape != (n, dim):
+                raise InvalidParameterError(f"init: expected shape ({n}, {dim})")
+            perturbation = {"pp": "penalty", "dvp": "penalty", "primal": "primal"}.get(self.method, "none")
+            inexact = self._inexact_rate_table(sizes, alpha) if alpha is not None else None
+            store = None
+            if checkpoint_dir is not None:
+                store = RunStore(
+                    checkpoint_dir,
+                    self._run_config(sizes, dim, alpha, inexact, sites),
+                    resume=bool(resume),
+                )
+            elif resume:
+                raise InvalidParameterError("resume: needs checkpoint_dir")
+            run_id = store.run_id if store is not None else None
+            label = f"admm-{self.method}" + (f" run {run_id}" if run_id else "")
+            if store is not None and store.resumed and _already_composed(accountant, label):
+                notes.append(f"resumed run {run_id}: already composed into the accountant, not charged again")
+            else:
+                self._commit(
+                    private, claim_holds, float(ledger[-1].max()) if private else math.inf, accountant, label
+                )
+            # run key: stored (resume) or drawn, then stored before any noise is drawn
+            stored_key = store.key() if store is not None else None
+            g = check_rng(rng) if stored_key is None or isinstance(rng, int | np.integer) else None
+            key = stored_key if stored_key is not None else _draw_key(g)
+            if stored_key is not None and isinstance(rng, int | np.integer) and _draw_key(g) != stored_key:
+                raise CheckpointError(
+                    "rng: this seed derives another key than the stored run's; resume with the original "
+                    "seed (or rng=None to use the stored key)"
+                )
+            if store is not None and stored_key is None:
+                store.save_key(key)
+            if isinstance(rng, str) or isinstance(g, SecureRNG):
+                notes.append(
+                    "rng='secure': run key from the OS CSPRNG; the l2-Laplace noise is drawn in floating point "
+                    "from numpy streams keyed by it (no exact sampler for this continuous noise)"
+                )
+            if eng is None:
+                eng = make_engine(engine)
+            if sites is None:
+                wanted = n_shards if n_shards is not None else getattr(eng, "default_shards", 1)
+                groups = shard_nodes(n, check_int(wanted, "n_shards"))
+                specs, sources = self._build_specs(groups, xs, ys, alpha, inexact, perturbation, key, dim)
+                factory: Any = _admm_node.make_shard
+                jobs: list[Any] = list(specs)
+            else:
+                specs, sources = self._build_specs(groups, None, None, alpha, inexact, perturbation, key, dim)
+                factory = make_site_shard
+                jobs = [
+                    SiteShardSpec(
+                        sites=tuple(sites[int(i)] for i in grp),
+                        base=spec,
+                        factory=_admm_node.make_shard,
+                        data_field="xy",
+                        to_rows=_xy_rows,
+                        diagnostics=site_diagnostics,
+                    )
+                    for grp, spec in zip(groups, specs, strict=True)
+                ]
+            t_ = self.n_rounds
+            models_hist = np.zeros((t_ + 1, n, dim)) if record_models else None
+            hist = {
+                k: np.full((t_, n), np.nan)
+                for k in ("loss", "local_grad_norm", "local_rel_grad_norm", "newton_iters")
+            }
+            consensus = np.full(t_, np.nan)
+            earlier = store.released() if store is not None else {}  # rounds released before a crash
+            logged = {r: _digest(m) for r, m in earlier.items()}
+            saved = store.load_state() if store is not None else None
+            if saved is not None:
+                assert store is not None
+                t, arrays = saved
+                notes.append(
+                    f"resumed from the checkpoint of round {t} in {str(store.path)!r} (run {run_id}); rounds "
+                    f"{t + 1}..{max(logged, default=t)} replayed with the stored key and checked against the log"
+                )
+                eng.start(factory, jobs, sources, states=_split_state(arrays, groups), placement=placement)
+            else:
+                t = 0
+                eng.start(factory, jobs, sources, placement=placement)
+            models = _gather_models(eng.call("snapshot"), groups, n, dim)
+            if saved is None:
+                _log_release(store, logged, 0, models)
+                if store is not None:
+                    store.save_state(0, _join_state(eng.call("snapshot"), groups, n, dim))
             if models_hist is not None:
-                for grp, st in zip(groups, eng.call("snapshot"), strict=True):
-                    models_hist[0, grp] = st["F"]
-            checkpoint = (0, eng.call("snapshot"))
-            t = 0
+                for r in range(t):
+                    models_hist[r] = earlier.get(r, np.nan)
+                models_hist[t] = models
+            earlier.clear()
+            checkpoint = (t, eng.call("snapshot"))
             while t < t_:
                 try:
                     diags = eng.step(t)
                 except EngineError as err:
                     if not err.crashed or recoveries >= max_recoveries:
-                        raise
+                        raise _name_sites(err, sites, groups, t) from None
                     recoveries += 1
                     notes.append(
-                        f"worker failure ({err}); recovered from the checkpoint of round {checkpoint[0]} "
-                        "and replayed deterministically (same noise, no extra privacy cost)"
+                        f"worker failure ({_first_line(err)}); recovered from the checkpoint of round "
+                        f"{checkpoint[0]} and replayed deterministically (same noise, no extra privacy cost)"
                     )
                     eng.restart(checkpoint[1])
                     t = checkpoint[0]
                     continue
                 for grp, dg in zip(groups, diags, strict=True):
                     models[grp] = dg["models"]
-                    hist["loss"][t, grp] = dg["loss"]
-                    hist["local_grad_norm"][t, grp] = dg["grad_norm"]
-                    hist["local_rel_grad_norm"][t, grp] = dg["rel_grad_norm"]
-                    hist["newton_iters"][t, grp] = dg["newton_iters"]
+                    for name, col in (
+                        ("loss", "loss"),
+                        ("local_grad_norm", "grad_norm"),
+                        ("local_rel_grad_norm", "rel_grad_norm"),
+                        ("newton_iters", "newton_iters"),
+                    ):
+                        if col in dg:
+                            hist[name][t, grp] = dg[col]
                 consensus[t] = float(np.linalg.norm(models - models.mean(axis=0), axis=1).max())
+                _log_release(store, logged, t + 1, models)
                 if models_hist is not None:
                     models_hist[t + 1] = models
                 t += 1
-                if checkpoint_every and t % checkpoint_every == 0 and t < t_:
-                    checkpoint = (t, eng.call("snapshot"))
+                if checkpoint_every and (t % checkpoint_every == 0 or t == t_):
+                    snap = eng.call("snapshot")
+                    checkpoint = (t, snap)
+                    if store is not None:
+                        store.save_state(t, _join_state(snap, groups, n, dim))
                 if callback is not None:
                     m = models.copy()
                     if notify(callback, t, m, round=t, models=m, privacy_bound=float(ledger[t - 1].max())):
                         status = "stopped"
                         break
+            if store is not None and status == "completed":
+                store.mark(completed=True)
         finally:
-            if own_engine:
+            if own_engine and eng is not None:
                 eng.close()
         done = t
         ledger_done = ledger[:done]
@@ -757,9 +983,11 @@ class PrivateADMM:
             "mode": self.mode,
             "degrees": topo.degrees.tolist(),
             "node_sizes": sizes.astype(int).tolist(),
-            "engine": eng.name,
+            "engine": eng.name if eng is not None else str(engine),
             "n_shards": len(groups),
             "recoveries": recoveries,
+            "sites": [s.name for s in sites] if sites is not None else None,
+            "run_id": run_id,
             **topo.summary(),
         }
         mean_loss = hist["loss"][:done].mean(axis=1)
@@ -784,8 +1012,46 @@ class PrivateADMM:
             message=msg,
         )
 
-    def _commit(self, private: bool, claim_holds: bool, worst: float, accountant: Accountant | None) -> None:
+    def _run_config(
+        self,
+        sizes: Array,
+        dim: int,
+        alpha: Array | None,
+        inexact: Array | None,
+        sites: Sequence[Site] | None,
+    ) -> dict[str, Any]:
+        """The public configuration a resumed run must share with the stored one."""
+        topo = self.topology
+        init = self.init if isinstance(self.init, str) else fingerprint_arrays(self.init)
+        return {
+            "method": self.method,
+            "n_rounds": self.n_rounds,
+            "topology": [topo.name, topo.n_nodes, topo.n_edges, fingerprint_arrays(topo.degrees)],
+            "dim": int(dim),
+            "node_sizes": fingerprint_arrays(sizes),
+            "schedules": fingerprint_arrays(self._penalty, self._theta, alpha, inexact),
+            "loss_weight": self.loss_weight,
+            "reg": self.reg,
+            "init": init,
+            "init_scale": self.init_scale,
+            "local_tol": self.local_tol,
+            "local_max_iter": self.local_max_iter,
+            "solve_tol": self.solve_tol,
+            "inexact_fraction": self.inexact_fraction,
+            "mode": self.mode,
+            "sites": [s.name for s in sites] if sites is not None else None,
+        }
+
+    def _commit(
+        self,
+        private: bool,
+        claim_holds: bool,
+        worst: float,
+        accountant: Accountant | None,
+        label: str | None = None,
+    ) -> None:
         """Pay for the whole planned run (all rounds, worst node) before the run key or any noise is drawn."""
+        tag = label or f"admm-{self.method}"
         if not private:
             commit(None, budget=None, neighbouring="replace_one", accountant=accountant, label="admm")
             return
@@ -793,12 +1059,12 @@ class PrivateADMM:
             charge(
                 check_caller_accountant(accountant, "replace_one", who="private ADMM"),
                 NonPrivateEvent("private ADMM with failed assumptions (no finite guarantee)"),
-                label=f"admm-{self.method}",
+                label=tag,
             )
             return
         event = EpsilonDeltaEvent(worst, 0.0, rule=f"admm-{self.method}-thm4.1")
         if self.budget is None:
-            charge(check_caller_accountant(accountant, "replace_one", who="private ADMM"), event, f"admm-{self.method}")
+            charge(check_caller_accountant(accountant, "replace_one", who="private ADMM"), event, tag)
             return
         try:
             commit(
@@ -807,7 +1073,7 @@ class PrivateADMM:
                 neighbouring="replace_one",
                 kind="basic",
                 accountant=accountant,
-                label=f"admm-{self.method}",
+                label=tag,
                 options={"verify": False},  # a pure-ε bound composed exactly by basic composition
             )
         except BudgetExceededError as err:
@@ -821,8 +1087,8 @@ class PrivateADMM:
     def _build_specs(
         self,
         groups: list[NDArray[np.int64]],
-        xs: list[Array],
-        ys: list[Array],
+        xs: list[Array] | None,
+        ys: list[Array] | None,
         alpha: Array | None,
         inexact: Array | None,
         perturbation: str,
@@ -869,7 +1135,9 @@ class PrivateADMM:
             specs.append(
                 ShardSpec(
                     nodes=grp,
-                    xy=tuple(np.ascontiguousarray(ys[i][:, None] * xs[i]) for i in grp.tolist()),
+                    xy=()  # sites: filled in by the worker that hosts them
+                    if xs is None or ys is None
+                    else tuple(_xy_rows(xs[i], ys[i]) for i in grp.tolist()),
                     degrees=deg[grp],
                     nbr_index=np.array(nbr_index, dtype=np.int64),
                     nbr_ptr=np.array(nbr_ptr, dtype=np.int64),

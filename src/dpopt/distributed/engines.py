@@ -27,6 +27,19 @@ Engines
     are handed actor-to-actor as object references.  Starts a local cluster
     (``ray.init(num_cpus=...)``) unless one is running or ``address=`` names one.
 
+Placement: :meth:`Engine.start` takes ``placement[s]``, the custom resources shard ``s`` needs
+(``{"site:NAME": 1}`` for the sites it hosts, see :mod:`dpopt.distributed.sites`); the Ray engine
+places the shard's actor on a cluster node that offers all of them, the local engines ignore it.
+
+No hangs: every wait on a worker has a time limit.  ``timeout=None`` (default) derives it from the
+observed times, ``max(timeout_floor, 10 x the slowest step or call so far)``, and start-up (where
+sites load their data) has its own ``startup_timeout``.  A worker that does not answer in time is
+handled like a dead one (:class:`EngineError` with ``crashed=True``; it is killed, so a restart
+replaces it).  Workers started by dpopt do not outlive the driver, even when it is SIGKILLed: worker
+processes ask the kernel to kill them when their parent dies (``PR_SET_PDEATHSIG`` on Linux), and a
+local Ray cluster started by dpopt is watched by a small reaper process
+(:mod:`dpopt.distributed._reaper`) that kills the cluster's processes when the driver disappears.
+
 Every worker runs with BLAS limited to one thread, so a worker never uses more CPUs than it asked
 for and the floating-point results of a shard do not depend on the engine.  When a worker dies the
 engine raises :class:`EngineError` naming the shard and the round; :meth:`Engine.restart` rebuilds
@@ -40,16 +53,20 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import os
+import signal
+import sys
+import time
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from dpopt._validation import check_int
+from dpopt._validation import check_int, check_positive
 from dpopt.exceptions import DPOptError, InvalidParameterError
 
 __all__ = [
@@ -112,33 +129,91 @@ def _one_blas_thread() -> Iterator[None]:
         yield
 
 
+Placement = Mapping[str, float]
+
+#: Observed-time multiple and floor of the default (adaptive) time limit of one wait on a worker.
+TIMEOUT_FACTOR = 10.0
+TIMEOUT_FLOOR = 60.0
+STARTUP_TIMEOUT = 600.0
+
+
 class Engine(ABC):
     """Base class: start shard programs, run rounds, call auxiliary methods, stop.
 
     Use as a context manager or call :meth:`close`.  One engine runs one job at a time.
+
+    Parameters
+    ----------
+    timeout : float or None, default None
+        Seconds to wait for one reply of a worker (a step or a call).  ``None``: adaptive,
+        ``max(timeout_floor, 10 x the slowest step or call observed so far)``.
+    timeout_floor : float, default 60
+        Smallest adaptive time limit.
+    startup_timeout : float, default 600
+        Time limit for starting the workers (sites load their data then).
     """
 
     name: str = ""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        timeout: float | None = None,
+        timeout_floor: float = TIMEOUT_FLOOR,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> None:
         self._factory: Factory | None = None
         self._specs: list[Any] = []
         self._sources: list[tuple[int, ...]] = []
+        self._placement: list[dict[str, float]] = []
+        self.timeout = None if timeout is None else check_positive(timeout, "timeout")
+        self.timeout_floor = check_positive(timeout_floor, "timeout_floor")
+        self.startup_timeout = check_positive(startup_timeout, "startup_timeout")
+        self._slowest = 0.0
 
     @property
     def n_shards(self) -> int:
         """Number of shards of the running job."""
         return len(self._specs)
 
-    def start(self, factory: Factory, specs: Sequence[Any], sources: Sequence[Sequence[int]]) -> None:
-        """Build one program per spec; ``sources[s]`` lists the shards whose output shard ``s`` reads."""
+    def wait_limit(self, what: str = "round") -> float:
+        """Seconds the engine waits for one reply of a worker (see the ``timeout`` parameter)."""
+        if what == "start-up":
+            return self.startup_timeout if self.timeout is None else max(self.timeout, self.startup_timeout)
+        if self.timeout is not None:
+            return self.timeout
+        return max(self.timeout_floor, TIMEOUT_FACTOR * self._slowest)
+
+    def _observe(self, seconds: float) -> None:
+        self._slowest = max(self._slowest, seconds)
+
+    def start(
+        self,
+        factory: Factory,
+        specs: Sequence[Any],
+        sources: Sequence[Sequence[int]],
+        *,
+        states: Sequence[Any] | None = None,
+        placement: Sequence[Placement] | None = None,
+    ) -> None:
+        """Build one program per spec; ``sources[s]`` lists the shards whose output shard ``s`` reads.
+
+        ``states[s]`` (from ``call("snapshot")``), when given, is loaded into shard ``s`` instead of
+        its initial state; ``placement[s]`` names the custom resources shard ``s`` needs (see the
+        module docstring).
+        """
         if len(specs) != len(sources):
             raise InvalidParameterError("sources: need one entry per shard spec")
+        if states is not None and len(states) != len(specs):
+            raise InvalidParameterError("states: need one entry per shard spec")
+        if placement is not None and len(placement) != len(specs):
+            raise InvalidParameterError("placement: need one entry per shard spec")
         self._release()
         self._factory = factory
         self._specs = list(specs)
         self._sources = [tuple(int(k) for k in src) for src in sources]
-        self._launch(None)
+        self._placement = [dict(p) for p in placement] if placement is not None else [{} for _ in specs]
+        self._launch(None if states is None else list(states))
 
     def restart(self, states: Sequence[Any]) -> None:
         """Rebuild every worker and load ``states[s]`` (from ``call("snapshot")``) into shard ``s``."""
@@ -248,7 +323,27 @@ class InProcessEngine(Engine):
 # ----------------------------------------------------------------------------------------------
 
 
+def die_with_parent() -> None:  # pragma: no cover - runs in workers
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux ``PR_SET_PDEATHSIG``).
+
+    A no-op elsewhere.  If the parent is already gone, exit at once.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent or parent == 1:
+        os._exit(1)
+
+
 def _worker_main(conn: Any, factory: Factory, spec: Any, state: Any) -> None:  # pragma: no cover - subprocess
+    die_with_parent()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     with _one_blas_thread():
         program: Any = None
@@ -258,7 +353,7 @@ def _worker_main(conn: Any, factory: Factory, spec: Any, state: Any) -> None:  #
                 msg, pending = pending, None
             else:
                 try:
-                    msg = conn.recv()
+                    msg = conn.recv()  # idle worker: waits for the driver; EOF when the driver is gone
                 except (EOFError, OSError):
                     return
             kind = msg[0]
@@ -288,51 +383,84 @@ class ProcessEngine(Engine):
         Number of worker processes = number of shards an algorithm should create.
     start_method : {"spawn", "forkserver", "fork"}, default "spawn"
         How workers are started (``"spawn"`` is the safe choice with threaded BLAS).
-    timeout : float, default 600
-        Seconds to wait for one reply before declaring the worker dead.
+    timeout, timeout_floor, startup_timeout : float
+        Time limits of the waits on a worker (see :class:`Engine`); a worker that does not answer
+        in time (e.g. stopped with SIGSTOP) is killed and reported as dead.
 
     Notes
     -----
     Workers stay alive between jobs run on the same engine object (they receive the new shard
-    programs), until :meth:`close`; dead workers are replaced at the next start.
+    programs), until :meth:`close`; dead workers are replaced at the next start.  Workers die
+    with the driver (``PR_SET_PDEATHSIG`` on Linux; elsewhere they exit when their pipe closes).
     """
 
     name = "processes"
 
-    def __init__(self, n_workers: int = 2, *, start_method: str = "spawn", timeout: float = 600.0) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        n_workers: int = 2,
+        *,
+        start_method: str = "spawn",
+        timeout: float | None = None,
+        timeout_floor: float = TIMEOUT_FLOOR,
+        startup_timeout: float = STARTUP_TIMEOUT,
+    ) -> None:
+        super().__init__(timeout=timeout, timeout_floor=timeout_floor, startup_timeout=startup_timeout)
         self.default_shards = check_int(n_workers, "n_workers")
         if start_method not in mp.get_all_start_methods():
             raise InvalidParameterError(f"start_method: must be one of {mp.get_all_start_methods()}")
         self._ctx: Any = mp.get_context(start_method)
-        self.timeout = float(timeout)
         self._procs: list[Any] = []
         self._conns: list[Any] = []
         self._outputs: list[NDArray[np.float64]] = []
         self._round = -1
         self._dirty = False
+        self._pool: ThreadPoolExecutor | None = None
 
     @property
     def pids(self) -> list[int]:
         """Process ids of the workers (shard order)."""
         return [int(p.pid) for p in self._procs]
 
-    def _recv(self, s: int, what: str) -> Any:
+    def _kill(self, s: int) -> None:
+        proc = self._procs[s]
+        with contextlib.suppress(Exception):
+            proc.kill()
+        proc.join(timeout=5.0)
+
+    def _io(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                max_workers=max(2, len(self._specs) + 1), thread_name_prefix="dpopt-engine-io"
+            )
+        return self._pool
+
+    def _read(self, conn: Any, deadline: float) -> Any:
+        """``conn.recv()`` that gives up at ``deadline`` (a worker stopped mid-message cannot hang it)."""
+        fut = self._io().submit(conn.recv)
+        try:
+            return fut.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+        except FutureTimeout:  # the blocked thread ends when the killed worker's pipe closes
+            raise
+    def _recv(self, s: int, what: str, deadline: float) -> Any:
         conn = self._conns[s]
         proc = self._procs[s]
-        waited = 0.0
+        limit = self.wait_limit("start-up" if what == "start-up" else "round")
         try:
-            while not conn.poll(0.05):
-                waited += 0.05
+            while not conn.poll(min(0.05, max(0.0, deadline - time.monotonic()))):
                 if not proc.is_alive() and not conn.poll(0):
                     raise EOFError
-                if waited >= self.timeout:
-                    raise EngineError(
-                        f"processes engine: shard {s} did not answer within {self.timeout:g} s ({what})",
-                        shard=s,
-                        round=self._round,
-                    )
-            status, payload = conn.recv()
+                if time.monotonic() >= deadline:
+                    raise FutureTimeout
+            status, payload = self._read(conn, deadline)
+        except FutureTimeout:
+            self._kill(s)
+            raise EngineError(
+                f"processes engine: shard {s} did not answer within {limit:g} s during {what} "
+                "(worker stalled or stopped); it was killed",
+                shard=s,
+                round=self._round,
+            ) from None
         except (EOFError, OSError, ConnectionError):
             proc.join(timeout=1.0)
             code = proc.exitcode
@@ -360,9 +488,11 @@ class ProcessEngine(Engine):
         """One reply from every shard (all are read, so no stale reply is left in a pipe)."""
         out: list[Any] = []
         first: EngineError | None = None
+        began = time.monotonic()
+        deadline = began + self.wait_limit("start-up" if what == "start-up" else "round")
         for s in range(len(self._conns)):
             try:
-                out.append(self._recv(s, what))
+                out.append(self._recv(s, what, deadline))
             except EngineError as err:
                 out.append(None)
                 first = first or err
@@ -370,6 +500,8 @@ class ProcessEngine(Engine):
             if first.crashed:
                 self._dirty = True
             raise first
+        if what != "start-up":
+            self._observe(time.monotonic() - began)
         return out
 
     def _launch(self, states: list[Any] | None) -> None:
@@ -377,10 +509,13 @@ class ProcessEngine(Engine):
         reusable = not self._dirty and len(self._procs) == n and all(p.is_alive() for p in self._procs)
         self._dirty = False
         if reusable:  # idle workers of a previous job: send them the new shard programs
-            for s, spec in enumerate(self._specs):
-                self._send(
-                    s, ("init", self._factory, spec, None if states is None else states[s]), "start-up"
-                )
+            self._send_all(
+                {
+                    s: ("init", self._factory, spec, None if states is None else states[s])
+                    for s, spec in enumerate(self._specs)
+                },
+                "start-up",
+            )
         else:
             self._shutdown_workers()
             for s, spec in enumerate(self._specs):
@@ -402,28 +537,51 @@ class ProcessEngine(Engine):
         self._outputs = []  # keep live workers for the next job (they get new programs)
 
     def _send(self, s: int, msg: tuple[Any, ...], what: str) -> None:
-        try:
-            self._conns[s].send(msg)
-        except (OSError, ConnectionError):
+        self._send_all({s: msg}, what)
+
+    def _send_all(self, msgs: Mapping[int, tuple[Any, ...]], what: str) -> None:
+        """Send to several workers at once; a worker that does not take its message in time is killed."""
+        limit = self.wait_limit("start-up" if what == "start-up" else "round")
+        deadline = time.monotonic() + limit
+        futs = {s: self._io().submit(self._conns[s].send, m) for s, m in msgs.items()}
+        first: EngineError | None = None
+        for s, fut in futs.items():
+            try:
+                fut.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+            except FutureTimeout:
+                self._kill(s)
+                first = first or EngineError(
+                    f"processes engine: shard {s} did not accept its message within {limit:g} s before "
+                    f"{what} (worker stalled or stopped); it was killed",
+                    shard=s,
+                    round=self._round,
+                )
+            except (OSError, ConnectionError, ValueError):
+                first = first or EngineError(
+                    f"processes engine: worker of shard {s} died before {what}", shard=s, round=self._round
+                )
+        if first is not None:
             self._dirty = True
-            raise EngineError(
-                f"processes engine: worker of shard {s} died before {what}", shard=s, round=self._round
-            ) from None
+            raise first
 
     def step(self, t: int) -> list[Any]:
         self._round = t
-        for s in range(self.n_shards):
-            self._send(s, ("step", t, [self._outputs[k] for k in self._sources[s]]), f"round {t}")
+        self._send_all(
+            {s: ("step", t, [self._outputs[k] for k in self._sources[s]]) for s in range(self.n_shards)},
+            f"round {t}",
+        )
         results = self._gather(f"round {t}")
         self._outputs = [r[0] for r in results]
         return [r[1] for r in results]
 
     def call(self, name: str, *args: Any) -> list[Any]:
-        for s in range(self.n_shards):
-            self._send(s, ("call", name, args), f"call {name!r}")
+        self._send_all({s: ("call", name, args) for s in range(self.n_shards)}, f"call {name!r}")
         return self._gather(f"call {name!r}")
 
     def _shutdown_workers(self) -> None:
+        if self._dirty:  # after a failure: a stalled worker would not read "stop"
+            for s in range(len(self._procs)):
+                self._kill(s)
         for conn in self._conns:
             with contextlib.suppress(Exception):
                 conn.send(("stop",))
@@ -436,11 +594,19 @@ class ProcessEngine(Engine):
             with contextlib.suppress(Exception):
                 conn.close()
         self._procs, self._conns, self._outputs = [], [], []
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
 
 # ----------------------------------------------------------------------------------------------
 # Ray
 # ----------------------------------------------------------------------------------------------
+
+
+#: Amount of a site's custom resource an actor asks for: small, so that an actor being replaced
+#: never blocks its successor, while still pinning the actor to a node that offers the resource.
+SITE_RESOURCE_AMOUNT = 0.001
 
 
 def ray_available() -> bool:
@@ -490,13 +656,21 @@ class RayEngine(Engine):
     address : str or None
         Address of an existing cluster (``"auto"`` or ``"ray://host:port"``).  When None and Ray is
         not initialized, a local cluster with ``num_cpus`` CPUs is started and shut down on
-        :meth:`close`.
+        :meth:`close`; a reaper process kills it if the driver dies without closing it.
     num_cpus : int or None
         CPUs of the local cluster started by dpopt (default: ``n_actors * cpus_per_actor``).
     cpus_per_actor : float, default 1
         CPUs each actor asks for; its BLAS is limited to one thread, so it never uses more.
     init_kwargs : dict, optional
         Extra keyword arguments for ``ray.init``.
+    timeout, timeout_floor, startup_timeout : float
+        Time limits of the waits on an actor (see :class:`Engine`); an actor that does not answer
+        in time is killed and reported as dead.
+
+    Placement: shard ``s``'s actor asks for a small amount (:data:`SITE_RESOURCE_AMOUNT`) of every
+    custom resource in ``placement[s]``, so Ray puts it on a node that offers all of them (e.g. a
+    machine started with ``ray start --resources='{"site:NAME": 1}'``); a shard whose resources no
+    live node offers is refused at start with an error naming them.
     """
 
     name = "ray"
@@ -509,8 +683,11 @@ class RayEngine(Engine):
         num_cpus: int | None = None,
         cpus_per_actor: float = 1.0,
         init_kwargs: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        timeout_floor: float = TIMEOUT_FLOOR,
+        startup_timeout: float = STARTUP_TIMEOUT,
     ) -> None:
-        super().__init__()
+        super().__init__(timeout=timeout, timeout_floor=timeout_floor, startup_timeout=startup_timeout)
         try:
             import ray
         except ImportError:
@@ -521,6 +698,7 @@ class RayEngine(Engine):
         self.default_shards = check_int(n_actors, "n_actors")
         self.cpus_per_actor = float(cpus_per_actor)
         self._started_ray = False
+        self._reaper: Any = None
         if not ray.is_initialized():
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             kw.update(init_kwargs or {})
@@ -532,10 +710,15 @@ class RayEngine(Engine):
                     if num_cpus is not None
                     else int(np.ceil(self.default_shards * self.cpus_per_actor))
                 )
+                from dpopt.distributed import _reaper
+
+                before = _reaper.child_pids()
                 ray.init(num_cpus=cpus, **kw)
                 self._started_ray = True
+                self._reaper = _reaper.start_reaper(_reaper.child_pids() - before)
         self._actor_cls = ray.remote(_ShardHost)
         self._actors: list[Any] = []
+        self._actor_placement: list[dict[str, float]] = []
         self._outputs: list[Any] = []
         self._round = -1
         self._dirty = False
@@ -547,11 +730,24 @@ class RayEngine(Engine):
 
     def _get(self, refs: list[Any], what: str) -> list[Any]:
         ray = self._ray
+        limit = self.wait_limit("start-up" if what == "start-up" else "round")
+        began = time.monotonic()
+        _ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=limit)
+        if pending:
+            s = next(k for k, r in enumerate(refs) if r in pending)
+            self._dirty = True
+            self._shutdown_workers()  # a stalled actor would hold its resources forever
+            raise EngineError(
+                f"ray engine: shard {s} did not answer within {limit:g} s during {what} (actor stalled, "
+                "stopped or unplaceable); the actors were killed",
+                shard=s,
+                round=self._round,
+            )
         out = []
         for s, ref in enumerate(refs):
             try:
-                out.append(ray.get(ref))
-            except ray.exceptions.RayActorError:
+                out.append(ray.get(ref, timeout=limit))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
                 self._dirty = True
                 raise EngineError(
                     f"ray engine: actor of shard {s} died during {what}", shard=s, round=self._round
@@ -563,24 +759,49 @@ class RayEngine(Engine):
                     round=self._round,
                     crashed=False,
                 ) from None
+        if what != "start-up":
+            self._observe(time.monotonic() - began)
         return out
+
+    def _check_placement(self) -> None:
+        """Refuse shards whose custom resources no single live node offers (they would wait forever)."""
+        wanted = [p for p in self._placement if p]
+        if not wanted:
+            return
+        nodes = [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive", False)]
+        for s, place in enumerate(self._placement):
+            if place and not any(all(res.get(k, 0.0) > 0 for k in place) for res in nodes):
+                names = ", ".join(sorted(place))
+                raise EngineError(
+                    f"ray engine: no live node of the cluster offers all of {names} (needed by shard {s}); "
+                    "start each site's machine with `ray start --resources='{\"site:NAME\": 1}'` and put "
+                    "only sites of one machine in a group",
+                    shard=s,
+                    crashed=False,
+                )
 
     def _launch(self, states: list[Any] | None) -> None:
         n = len(self._specs)
-        if len(self._actors) == n and not self._dirty:  # idle actors of a previous job: new programs
+        self._check_placement()
+        same_place = self._actor_placement == self._placement
+        if len(self._actors) == n and not self._dirty and same_place:  # idle actors: new programs
             self._outputs = [
                 a.init.remote(self._factory, spec, None if states is None else states[s])
                 for s, (a, spec) in enumerate(zip(self._actors, self._specs, strict=True))
             ]
         else:
             self._shutdown_workers()
-            opts = {"num_cpus": self.cpus_per_actor, "max_restarts": 0}
-            self._actors = [
-                self._actor_cls.options(**opts).remote(
-                    self._factory, spec, None if states is None else states[s]
+            self._actors = []
+            for s, spec in enumerate(self._specs):
+                opts: dict[str, Any] = {"num_cpus": self.cpus_per_actor, "max_restarts": 0}
+                if self._placement[s]:
+                    opts["resources"] = {k: SITE_RESOURCE_AMOUNT for k in self._placement[s]}
+                self._actors.append(
+                    self._actor_cls.options(**opts).remote(
+                        self._factory, spec, None if states is None else states[s]
+                    )
                 )
-                for s, spec in enumerate(self._specs)
-            ]
+            self._actor_placement = [dict(p) for p in self._placement]
             self._outputs = [a.initial_output.remote() for a in self._actors]
         self._dirty = False
         self._get(list(self._outputs), "start-up")
@@ -607,8 +828,8 @@ class RayEngine(Engine):
     def _shutdown_workers(self) -> None:
         for a in self._actors:
             with contextlib.suppress(Exception):
-                self._ray.kill(a)
-        self._actors, self._outputs = [], []
+                self._ray.kill(a, no_restart=True)
+        self._actors, self._outputs, self._actor_placement = [], [], []
 
     def close(self) -> None:
         self._shutdown_workers()
@@ -616,6 +837,11 @@ class RayEngine(Engine):
             with contextlib.suppress(Exception):
                 self._ray.shutdown()
             self._started_ray = False
+        if self._reaper is not None:
+            from dpopt.distributed import _reaper
+
+            _reaper.stop_reaper(self._reaper)
+            self._reaper = None
 
 
 def make_engine(engine: str | Engine = "inprocess", **options: Any) -> Engine:

@@ -1,0 +1,142 @@
+"""Sites own their data (issue 14 §1): loaders run in the workers, the driver never holds a row."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpopt.distributed.admm import PrivateADMM, geometric
+from dpopt.distributed.engines import EngineError, InProcessEngine, ProcessEngine
+from dpopt.distributed.sites import Site, as_sites, load_site, site_groups
+from dpopt.distributed.topology import ring
+from dpopt.exceptions import InvalidParameterError
+from site_loaders import DRIVER_ENV, make_rows
+
+N_NODES = 4
+DIM = 3
+SIZES = (40, 55, 47, 60)
+
+
+def _alg() -> PrivateADMM:
+    return PrivateADMM(
+        ring(N_NODES), method="pp", penalty=geometric(0.5, 1.05), noise_rate=geometric(3.0, 1.01),
+        max_iter=5, loss_weight=10.0, reg=1.0, init="normal",
+    )  # fmt: skip
+
+
+def _sites(groups: tuple[str, ...] = ("", "", "", "")) -> list[Site]:
+    return [
+        Site(
+            f"s{i}", loader="site_loaders:guarded", kwargs={"seed": 10 + i, "n_rows": b, "dim": DIM}, group=g
+        )
+        for i, (b, g) in enumerate(zip(SIZES, groups, strict=True))
+    ]
+
+
+def _pairs() -> list[tuple[np.ndarray, np.ndarray]]:
+    return [make_rows(10 + i, b, DIM) for i, b in enumerate(SIZES)]
+
+
+@pytest.fixture
+def driver_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DRIVER_ENV, str(os.getpid()))
+
+
+class SpyProcessEngine(ProcessEngine):
+    """Records the bytes of everything the driver receives from its workers."""
+
+    received: list[bytes]
+
+    def _read(self, conn: Any, deadline: float) -> Any:
+        msg = super()._read(conn, deadline)
+        self.received.append(pickle.dumps(msg))
+        return msg
+
+
+def _assert_no_rows(received: list[bytes]) -> None:
+    blob = b"".join(received)
+    assert blob  # the spy saw the replies
+    for x, y in _pairs():
+        for row in x[:: max(1, len(x) // 8)]:
+            assert row.tobytes() not in blob
+        assert y.tobytes() not in blob and x.tobytes()[:64] not in blob
+
+
+def test_site_description_and_validation(tmp_path) -> None:
+    s = Site("hospital-a", loader="site_loaders:make_rows", kwargs={"seed": 1, "n_rows": 5, "dim": 2})
+    assert s.resource == "site:hospital-a" and s.group == "hospital-a"
+    x, y = s.load()
+    assert x.shape == (5, 2) and set(np.unique(y)) <= {-1.0, 1.0}
+    for bad in ("", "a b", "x/y", "site:a"):
+        with pytest.raises(InvalidParameterError, match="name"):
+            Site(bad, loader="site_loaders:make_rows")
+    with pytest.raises(InvalidParameterError, match="loader"):
+        Site("a", loader="")
+    with pytest.raises(InvalidParameterError, match="one Site per node"):
+        as_sites(s)
+    with pytest.raises(InvalidParameterError, match="mix"):
+        as_sites([s, (x, y)])
+    with pytest.raises(InvalidParameterError, match="share a name"):
+        as_sites([s, s])
+    assert as_sites([(x, y)]) is None
+    groups = site_groups([Site("a", "m:f", group="g1"), Site("b", "m:f"), Site("c", "m:f", group="g1")])
+    assert [g.tolist() for g in groups] == [[0, 2], [1]]
+    # file loaders, read where the worker runs; errors name the site, never a value
+    np.savez(tmp_path / "a.npz", X=x, y=y)
+    np.savetxt(tmp_path / "b.csv", np.column_stack([x, y]), delimiter=",")
+    for name in ("a.npz", "b.csv"):
+        xf, yf = load_site(Site("f", loader=str(tmp_path / name)))
+        assert np.allclose(xf, x) and np.array_equal(yf, y)
+    np.savez(tmp_path / "bad.npz", X=x, y=y * 7.25)
+    with pytest.raises(InvalidParameterError, match="site bad: labels") as info:
+        load_site(Site("bad", loader=str(tmp_path / "bad.npz")))
+    assert "7.25" not in str(info.value)
+    with pytest.raises(InvalidParameterError, match="does not exist"):
+        load_site(Site("m", loader=str(tmp_path / "missing.npz")))
+    with pytest.raises(InvalidParameterError, match="cannot import"):
+        load_site(Site("m", loader="no_such_module_xyz:f"))
+
+
+def test_guarded_loader_refuses_the_driver(driver_pid) -> None:
+    with pytest.raises(RuntimeError, match="driver's process"):
+        _alg().run(_sites(), rng=7, engine="inprocess")
+
+
+def test_sites_on_processes_engine_never_send_rows_to_the_driver(driver_pid) -> None:
+    ref = _alg().run(_pairs(), rng=7, engine=InProcessEngine(1), record_models=True)
+    with SpyProcessEngine(2) as eng:
+        eng.received = []
+        res = _alg().run(_sites(("m1", "m1", "m2", "m2")), rng=7, engine=eng, record_models=True)
+        assert res.parameters["n_shards"] == 2 and res.parameters["sites"] == ["s0", "s1", "s2", "s3"]
+        _assert_no_rows(eng.received)
+    # same seed, same released rounds as the in-memory simulation
+    assert np.array_equal(ref.models_history, res.models_history)
+    assert np.array_equal(ref.node_privacy_history, res.node_privacy_history)
+    assert ref.privacy.epsilon == res.privacy.epsilon
+    # the sites' diagnostics stay at the sites unless asked for
+    assert np.all(np.isnan(res.nonprivate_history["loss"]))
+    assert np.all(np.isfinite(res.nonprivate_history["consensus_error"]))
+    with pytest.raises(InvalidParameterError, match="site groups"):
+        _alg().run(_sites(), rng=7, engine="inprocess", n_shards=2)
+
+
+def test_site_checks_happen_at_the_site(driver_pid, tmp_path) -> None:
+    x, y = make_rows(3, 30, DIM)
+    np.savez(tmp_path / "big.npz", X=3.0 * x, y=y)  # row norms up to 3
+    sites = [*_sites()[:3], Site("big", loader=str(tmp_path / "big.npz"))]
+    with ProcessEngine(2) as eng, pytest.raises(Exception, match="norm"):
+        _alg().run(sites, rng=7, engine=eng)
+    np.savez(tmp_path / "wide.npz", X=np.zeros((30, DIM + 1)), y=y)
+    sites = [*_sites()[:3], Site("wide", loader=str(tmp_path / "wide.npz"))]
+    with ProcessEngine(2) as eng, pytest.raises(InvalidParameterError, match="feature space"):
+        _alg().run(sites, rng=7, engine=eng)
+
+
+def test_site_loader_error_names_the_site(driver_pid) -> None:
+    sites = [*_sites()[:3], Site("broken", loader="site_loaders:no_such_function")]
+    with ProcessEngine(2) as eng, pytest.raises(EngineError, match="site broken"):
+        _alg().run(sites, rng=7, engine=eng)
