@@ -667,6 +667,8 @@ class RayEngine(Engine):
         Time limits of the waits on an actor (see :class:`Engine`); an actor that does not answer
         in time is killed and reported as dead.
 
+    Notes
+    -----
     Placement: shard ``s``'s actor asks for a small amount (:data:`SITE_RESOURCE_AMOUNT`) of every
     custom resource in ``placement[s]``, so Ray puts it on a node that offers all of them (e.g. a
     machine started with ``ray start --resources='{"site:NAME": 1}'``); a shard whose resources no
