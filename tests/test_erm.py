@@ -346,7 +346,7 @@ def test_validation_errors():
 def test_auto_method_and_registry():
     X, y = _lasso_data(n=200, p=6)
     prob = ERMProblem("squared", DataBounds(1.0, "linf", 1.0), L1Ball(6))
-    assert minimize(prob, X, y, budget=BUDGET, rng=0).method == "frank_wolfe"
+    assert minimize(prob, X, y, budget=BUDGET, rng=0).method == "dp_frank_wolfe"
     assert {"mirror_descent", "frank_wolfe", "objective_perturbation"} <= set(available_methods())
     with pytest.raises(InvalidParameterError):
         register_method("frank_wolfe", "dpopt.solvers.frank_wolfe:private_frank_wolfe")

@@ -53,13 +53,13 @@ def audit_options(name: str) -> dict[str, Any]:
 #: refuted, 2x is not visible below that claim.  Frank-Wolfe on the audit's two vertices: its
 #: report-noisy-min claim (pure ε ≈ 3.95) has slack there -- measured with 5000 runs, the 2x bug
 #: shows ε >= 3.41 (rates 0.973 vs 0.025), below the claim -- while noise understated 4x is refuted.  Every other method: noise (= sensitivity) halved.
-BUG_FACTOR: dict[str, float] = {"objective_perturbation": 8.0, "frank_wolfe": 4.0}
+BUG_FACTOR: dict[str, float] = {"objective_perturbation": 8.0, "frank_wolfe": 4.0, "dp_frank_wolfe": 4.0}
 
 #: Runs per dataset in the default run's audit (1000 unless listed).  Mirror descent releases the
 #: average of its iterates, which misses the last step's noisy gradient: at two steps the output
 #: carries 1/sqrt(2) of the composed signal-to-noise ratio, so a 2x bug shows as only 1.41x there.
 #: Frank-Wolfe (exponential mechanism, pure ε = 4 here) needs enough runs to show a bound above 4.
-DEFAULT_RUNS: dict[str, int] = {"mirror_descent": 3000, "frank_wolfe": 3000}
+DEFAULT_RUNS: dict[str, int] = {"mirror_descent": 3000, "frank_wolfe": 3000, "dp_frank_wolfe": 3000}
 
 
 def claimed_epsilon(name: str) -> float:

@@ -9,8 +9,11 @@
 * **Gaussian variant** (Alg. 5): any set with a linear minimisation oracle; the LMO is applied to
   the gradient plus Gaussian noise.
 
-Step sizes: ``μ_t = 2/(t+2)`` (Jaggi 2013, which gives the O(Γ/T) term; default) or the paper's
-constant ``μ = 1/(T+2)``.  Only the selected vertices / LMO outputs are covered by the analysis: the
+Step sizes: ``μ_t = 2/(t+2)`` (Jaggi 2013, which gives the O(Γ/T) term; default), the paper's
+constant ``μ = 1/(T+2)``, or ``μ_t = 1/t`` (``"average"``: θ_T is the average of the selected
+vertices, robust to wrong selections and exact for a k-sparse target with T-1 = k selections).
+``residual_clip=c`` clips the loss derivative φ' to [-c, c] (a Huber-type loss for least squares),
+which lowers the selection's sensitivity from the declared residual bound to c.  Only the selected vertices / LMO outputs are covered by the analysis: the
 noisy scores and exact gradients are never returned.
 """
 
@@ -110,7 +113,14 @@ def _tight_rnm_scale(sens: float, steps: int, epsilon: float, delta: float) -> f
 
 
 def _mu(t: int, T: int, rule: str) -> float:
+    if rule == "average":
+        return 1.0 / t
     return 2.0 / (t + 2) if rule == "jaggi" else 1.0 / (T + 2)
+
+
+def _derivative(loss: Any, z: Array, y: Array, clip: float | None) -> Array:
+    d = loss.derivative(z, y)
+    return d if clip is None else np.clip(d, -clip, clip)
 
 
 class _Predictions:
@@ -148,8 +158,9 @@ def private_frank_wolfe(
     variant: Literal["auto", "polytope", "gaussian"] = "auto",
     iterations: int | None = None,
     max_iterations: int = 5000,
-    step_rule: Literal["jaggi", "paper"] = "jaggi",
+    step_rule: Literal["jaggi", "paper", "average"] = "jaggi",
     gram: Literal["auto"] | bool = "auto",
+    residual_clip: float | None = None,
     callback: Callback | None = None,
 ) -> OptimizeResult:
     """Private Frank-Wolfe (Noise-FW, [TTZ] Algorithms 4 and 5).
@@ -173,11 +184,16 @@ def private_frank_wolfe(
         ``max_iterations``.
     max_iterations : int, default 5000
         Cap on the default T (recorded in ``result.parameters``).
-    step_rule : {"jaggi", "paper"}, default "jaggi"
-        ``μ_t = 2/(t+2)`` or the paper's constant ``μ = 1/(T+2)`` (privacy does not depend on μ).
+    step_rule : {"jaggi", "paper", "average"}, default "jaggi"
+        ``μ_t = 2/(t+2)``, the paper's constant ``μ = 1/(T+2)``, or ``μ_t = 1/t`` (θ_T = average of
+        the selected vertices) (privacy does not depend on μ).
     gram : "auto" or bool, default "auto"
         For the squared loss on the l1 ball / simplex: precompute ``XᵀX/n`` and update the gradient in
-        O(p) per step.  ``"auto"`` uses it for dense X when p < T.
+        O(p) per step.  ``"auto"`` uses it for dense X when p < T (never with ``residual_clip``).
+    residual_clip : float, optional
+        Clip the loss derivative φ'(⟨x, θ⟩, y) of every example to ``[-c, c]`` before it enters the
+        gradient (for least squares: the Huber loss's gradient).  The sensitivity then uses
+        ``min(c, sup|φ'|)`` instead of the declared bound ``sup|φ'|``.  ``None`` (default): no clipping.
     callback : callable, optional
         ``callback(info)`` after every step with a :class:`dpopt.iteration.IterationInfo`
         (``info.nit``, ``info.x`` = θ_t); returning ``True`` or raising ``StopIteration`` stops the
@@ -215,8 +231,8 @@ def private_frank_wolfe(
         raise InvalidParameterError("variant='polytope' needs a vertex polytope (L1Ball, Simplex, Polytope)")
     allowed = ("tight", "conservative", "paper") if variant == "polytope" else ("tight", "paper")
     calibration = check_calibration(calibration, allowed)
-    if step_rule not in ("jaggi", "paper"):
-        raise InvalidParameterError("step_rule: must be 'jaggi' or 'paper'")
+    if step_rule not in ("jaggi", "paper", "average"):
+        raise InvalidParameterError("step_rule: must be 'jaggi', 'paper' or 'average'")
     bud = parse_budget(budget)
     acct = check_accountant(accountant)
     max_iterations = check_int(max_iterations, "max_iterations", minimum=2)  # T-1 >= 1 selections
@@ -225,6 +241,13 @@ def private_frank_wolfe(
     L2 = problem.lipschitz("l2")
     Linf = problem.lipschitz("linf")
     gamma = problem.curvature()
+    if residual_clip is not None:
+        c = float(residual_clip)
+        if not (math.isfinite(c) and c > 0):
+            raise InvalidParameterError("residual_clip: must be a positive finite number or None")
+        shrink = min(1.0, c / problem.derivative_bound())
+        L2, Linf = L2 * shrink, Linf * shrink
+        residual_clip = c if shrink < 1.0 else None  # a clip above the declared bound changes nothing
 
     if variant == "polytope":
         l1_scale = min(C.radius_l1 * Linf, C.radius_l2 * L2)  # "L₁‖C‖₁"
@@ -300,11 +323,13 @@ def private_frank_wolfe(
     if variant == "polytope":
         assert isinstance(C, VertexSet)
         theta, used_gram, done = _run_polytope(
-            problem, C, Xc, yc, steps, T, scale, step_rule, gram, gen, callback, sens=sens
+            problem, C, Xc, yc, steps, T, scale, step_rule, gram, gen, callback, sens=sens, clip=residual_clip
         )
     else:
         (theta, done), used_gram = (
-            _run_gaussian(problem, Xc, yc, steps, T, scale, sens, step_rule, gen, callback),
+            _run_gaussian(
+                problem, Xc, yc, steps, T, scale, sens, step_rule, gen, callback, clip=residual_clip
+            ),
             False,
         )
     status: Status = "completed" if done == steps else "stopped"
@@ -322,6 +347,7 @@ def private_frank_wolfe(
         "lipschitz_linf": Linf,
         "gram": used_gram,
         "n_samples": n,
+        "residual_clip": residual_clip,
     }
     if width is not None:
         params["gaussian_width"] = width
@@ -361,6 +387,7 @@ def _run_polytope(
     gen: np.random.Generator | SecureRNG,
     callback: Callback | None = None,
     sens: float = 0.0,
+    clip: float | None = None,
 ) -> tuple[Array, bool, int]:
     n, p = X.shape
     lam = problem.l2_penalty
@@ -369,6 +396,7 @@ def _run_polytope(
     use_gram = (
         isinstance(problem.loss, SquaredLoss)
         and coord
+        and clip is None
         and (gram is True or (gram == "auto" and not scipy.sparse.issparse(X) and p < T))
     )
     loss = problem.loss
@@ -395,7 +423,7 @@ def _run_polytope(
     XV = None if coord else np.asarray(X @ V)
     pred = _Predictions(X, theta)
     for t in range(1, steps + 1):
-        w = loss.derivative(pred.z, y) / n
+        w = _derivative(loss, pred.z, y, clip) / n
         g = np.asarray(X.T @ w).ravel()
         if lam:
             g += lam * theta
@@ -433,13 +461,22 @@ def _run_gaussian(
     step_rule: str,
     gen: np.random.Generator | SecureRNG,
     callback: Callback | None = None,
+    clip: float | None = None,
 ) -> tuple[Array, int]:
     C = problem.constraint
     assert C is not None
     theta = C.center()
     noisy = GaussianMechanism(sigma, sens) if sigma > 0 else None
     for t in range(1, steps + 1):
-        g = problem.gradient(theta, X, y)
+        if clip is None:
+            g = problem.gradient(theta, X, y)
+        else:
+            assert not isinstance(problem.loss, str)
+            g = np.asarray(
+                X.T @ _derivative(problem.loss, np.asarray(X @ theta).ravel(), y, clip)
+            ).ravel() / len(y)
+            if problem.l2_penalty:
+                g = g + problem.l2_penalty * theta
         if noisy is not None:  # secure rng: snapped to the noise grid, exact sampler
             g = noisy.release(g, rng=gen)
         s = C.lmo(g)

@@ -22,7 +22,7 @@ from dpopt.accounting import (
     commit,
 )
 from dpopt.exceptions import DPOptError, InvalidParameterError
-from dpopt.problems import ERMProblem, L1Ball, Polytope, Simplex
+from dpopt.problems import ERMProblem, L1Ball, Polytope, Simplex, VertexSet
 from dpopt.randomness import RNGLike
 from dpopt.solvers._result import OptimizeResult
 from dpopt.solvers.specs import MethodSpec, check_call
@@ -118,6 +118,14 @@ _METHODS: dict[str, MethodSpec] = {
         iteration_option="max_iterations",  # caps the theory's T (``iterations`` fixes T exactly)
         ranges={"iterations": (2, None), "max_iterations": (2, None)},  # T-1 >= 1 private selections
     ),
+    "dp_frank_wolfe": MethodSpec(
+        summary="private Frank-Wolfe with few public steps, residual clipping and vertex averaging (sparse LASSO)",
+        target="dpopt.solvers.frank_wolfe_tuned:tuned_frank_wolfe",
+        constraints=(VertexSet,),
+        noise=("laplace",),
+        calibrations=("tight", "conservative"),
+        ranges={"iterations": (2, None), "residual_clip": (0, None, True)},
+    ),
     "output_perturbation": MethodSpec(
         summary="output perturbation of the l2-regularised minimiser (Chaudhuri et al. 2011)",
         target="dpopt.solvers.output_perturbation:private_output_perturbation",
@@ -205,7 +213,7 @@ def _resolve(method: str) -> SolverFn:
 
 def _auto_method(problem: ERMProblem) -> str:
     if isinstance(problem.constraint, L1Ball | Simplex | Polytope):
-        return "frank_wolfe"
+        return "dp_frank_wolfe"
     if problem.constraint is None:
         return "objective_perturbation"
     return "mirror_descent"
@@ -285,7 +293,7 @@ def minimize(
         Private labels.
     method : str, default "auto"
         A registered method (the list is below; ``available_methods()``, ``describe_methods()``).
-        ``"auto"`` picks Frank-Wolfe for polytopes (l1 ball, simplex, vertex polytopes), objective
+        ``"auto"`` picks ``"dp_frank_wolfe"`` (few public steps) for polytopes (l1 ball, simplex, vertex polytopes), objective
         perturbation without a constraint set, and mirror descent otherwise.  Each method declares
         what it supports (:func:`method_spec`): constraint sets, losses, neighbouring relations,
         calibrations and its options with types and ranges; ``minimize`` checks the call against
