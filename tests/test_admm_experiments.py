@@ -6,8 +6,10 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dpopt.experiments import admm as admm_exp
+from dpopt.exceptions import InvalidParameterError
 from dpopt.experiments import registry
 
 
@@ -40,3 +42,22 @@ def test_fig1_and_fig4_tiny(tmp_path: Path) -> None:
     assert all(p.exists() and p.stat().st_size > 1000 for p in paths)
     ((_title, rows),) = exp4.tables(recs)
     assert len(rows) == 4 and all(r["T"] == 3 for r in rows)
+
+
+def test_curves_from_set_and_paper_calibration() -> None:
+    """``--set curves=PP:q1:q2,...`` selects curves; inexact_fraction=0 is the paper's bound (1/1.01 of the default)."""
+    exp = registry.get("admm-fig2")
+    base = registry.override_config(
+        exp.config("quick"), {"curves": "PP:1.1:1.05,dvp:1:1", "n_rounds": "2", "alphas": "3"}
+    )
+    tiny = dataclasses.replace(base, setup=admm_exp.SplitConfig(rows_per_node=40))
+    assert admm_exp._curves(tiny) == [("PP", 1.1, 1.05), ("DVP", 1.0, 1.0)]
+    sound = list(admm_exp.run_pp(tiny, np.random.default_rng(0)))
+    paper = list(admm_exp.run_pp(dataclasses.replace(tiny, inexact_fraction=0.0), np.random.default_rng(0)))
+    assert {r["curve"] for r in sound} == {"PP q1=1.1 q2=1.05", "DVP q1=1 q2=1"}
+    for s, p in zip(sound, paper, strict=True):
+        assert s["inexact_fraction"] == 0.01 and p["inexact_fraction"] == 0.0
+        assert np.isclose(s["privacy_bound"], 1.01 * p["privacy_bound"])
+    bad = dataclasses.replace(tiny, curves=(("XX:1:1",),))
+    with pytest.raises(InvalidParameterError):
+        admm_exp._curves(bad)
