@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpopt.experiments import admm as admm_exp
 from dpopt.exceptions import InvalidParameterError
+from dpopt.experiments import admm as admm_exp
 from dpopt.experiments import registry
 
 

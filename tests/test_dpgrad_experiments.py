@@ -51,3 +51,26 @@ def test_quick_tour_experiment_runs(tmp_path):
     # the sound Gaussian default beats the thesis's pure-ε accounting for DP-GDwS at this ε
     final = {(r["method"], r["accounting"]): r["error"] for r in recs if r["t"] == r["iterations"]}
     assert final[("DP-GDwS", "sound-gaussian")] < final[("DP-GDwS", "paper")]
+
+
+def _fake(kind, **extra):
+    base = {"method": "DP-GD", "accounting": "paper", "epsilon": 1.0, "batch_size": 10, "beta": None,
+            "data_seed": 0, "true_epsilon": 1.0, "iterations": 3}  # fmt: skip
+    out = []
+    for acc in ("paper", "sound"):
+        for method in ("DP-GD", "DP-MAG"):
+            for t in (1, 2, 3):
+                out.append({**base, "accounting": acc, "method": method, "t": t, "error": 1.0 + t, **extra})
+    return out
+
+
+def test_plots_one_panel_per_setting_and_a_shared_legend(tmp_path):
+    """Trajectories: one figure per accounting; β sweeps and finals: one figure, a panel per (accounting, m)."""
+    traj = kuru._plot("kuru-x", "trajectory")(_fake("trajectory"), tmp_path)
+    assert sorted(p.name for p in traj) == ["kuru-x-paper.png", "kuru-x-sound.png"]
+    recs = [{**r, "beta": b, "t": 3} for r in _fake("beta_sweep") for b in (0.1, 1.0)]
+    (sweep,) = kuru._plot("kuru-y", "beta_sweep")(recs, tmp_path)
+    recs = [{**r, "data_seed": d, "t": 3} for r in _fake("final") for d in (0, 1)]
+    (final,) = kuru._plot("kuru-z", "final")(recs, tmp_path)
+    assert all(p.exists() and p.stat().st_size > 5000 for p in (*traj, sweep, final))
+    assert kuru._plot("kuru-e", "final")([], tmp_path) == []

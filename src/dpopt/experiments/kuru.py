@@ -224,55 +224,126 @@ def _finite(v: float) -> float | None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _panels(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, Any, list[Mapping[str, Any]]]]:
-    """(title, batch size, records) per (accounting, batch size) in a fixed order."""
-    out = []
-    accs = [a for a in ("paper", "sound", "sound-gaussian") if any(r["accounting"] == a for r in records)]
-    for m in sorted({r["batch_size"] for r in records}):
-        for a in accs:
-            sel = [r for r in records if r["accounting"] == a and r["batch_size"] == m]
-            if sel:
-                out.append((a, m, sel))
-    return out
-
-
 _TITLES = {
     "paper": "thesis accounting",
     "sound": "sound (δ=0, Laplace)",
     "sound-gaussian": f"sound (δ={DELTA_GAUSSIAN:g}, Gaussian)",
 }
+_ACCS = ("paper", "sound", "sound-gaussian")
+
+
+def _values(records: Sequence[Mapping[str, Any]], key: str) -> list[Any]:
+    from dpopt.experiments.records import sort_key
+
+    return sorted({r[key] for r in records}, key=sort_key)
+
+
+def _true_eps(sel: Sequence[Mapping[str, Any]]) -> str:
+    true = [r["true_epsilon"] for r in sel if r["true_epsilon"] is not None]
+    return f"{max(true):.3g}" if len(true) == len(sel) and true else "∞"
+
+
+def _grid(
+    name: str,
+    suffix: str,
+    records: Sequence[Mapping[str, Any]],
+    rows: tuple[str, list[Any]],
+    cols: tuple[str, list[Any]],
+    draw: Callable[[Any, list[Mapping[str, Any]]], None],
+    title: Callable[[Any, Any, list[Mapping[str, Any]]], str],
+    out_dir: Path,
+) -> Path:
+    """One figure: a panel per (row value, column value), one shared legend below the panels."""
+    from dpopt.experiments.plots import new_figure, save_figure
+
+    if len(cols[1]) == 1 and len(rows[1]) > 1:  # one column: lay the rows out side by side
+        rows, cols = cols, rows
+        title = (lambda f: lambda a, b, sel: f(b, a, sel))(title)
+    (rk, rv), (ck, cv) = rows, cols
+    fig, axes = new_figure(len(rv), len(cv), figsize=(min(3.6 * len(cv), 14.5), 2.9 * len(rv) + 0.9))
+    handles: dict[str, Any] = {}
+    for i, a in enumerate(rv):
+        for j, b in enumerate(cv):
+            ax = axes[i, j]
+            sel = [r for r in records if r[rk] == a and r[ck] == b]
+            if not sel:
+                ax.set_visible(False)
+                continue
+            draw(ax, sel)
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(lab, h)
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+            ax.set_title(title(a, b, sel), fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.xaxis.label.set_size(8)
+            ax.yaxis.label.set_size(8)
+            if j:
+                ax.set_ylabel("")
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center",
+                   ncol=min(len(handles), 4), fontsize=8)  # fmt: skip
+    return save_figure(fig, out_dir / f"{name}{suffix}.png")
 
 
 def _plot(name: str, kind: str) -> Callable[[Sequence[Mapping[str, Any]], Path], list[Path]]:
-    def plot(records: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
-        from dpopt.experiments.plots import draw_bars, draw_lines, new_figure, save_figure
+    """Readable at page width: a panel per (ε or accounting, batch size), one line per method."""
 
-        panels = _panels(records)
-        if not panels:
+    def plot(records: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
+        from dpopt.experiments.plots import draw_lines
+
+        if not records:
             return []
-        cols = min(3, len(panels))
-        rows = math.ceil(len(panels) / cols)
-        fig, axes = new_figure(rows, cols, figsize=(5.2 * cols, 3.8 * rows))
-        for ax, (acc, m, sel) in zip(axes.flat, panels, strict=False):
-            if kind == "trajectory":
-                by = ["method", "epsilon"] + (["beta"] if len({r["beta"] for r in sel}) > 1 else [])
-                draw_lines(ax, sel, x="t", y="error", by=by, logy=True, marker="")
+        ylab = "f(x) - f*  (sum scale)"
+        ms = ("m", _values(records, "batch_size"))
+        accs = [a for a in _ACCS if any(r["accounting"] == a for r in records)]
+        paths = []
+        if kind == "trajectory":
+            several_b = len({r["beta"] for r in records if r["beta"] is not None}) > 1
+            several_m = len(_values(records, "method")) > 1
+            by = ["method", "beta"] if several_b and several_m else (["beta"] if several_b else ["method"])
+
+            def draw_t(ax: Any, sel: list[Mapping[str, Any]]) -> None:
+                draw_lines(ax, sel, x="t", y="error", by=by, logy=True, marker="", spread="std")
                 ax.set_xlabel("iteration t")
-            elif kind == "beta_sweep":
-                draw_lines(ax, sel, x="beta", y="error", by=["method", "epsilon"], logy=True)
+                ax.set_ylabel(ylab)
+
+            def traj_title(acc: str) -> Callable[[Any, Any, list[Mapping[str, Any]]], str]:
+                return lambda e, m, s: f"{_TITLES[acc]}: ε={e:g}, m={m}; true ε={_true_eps(s)}"
+
+            for acc in accs:
+                sel = [r for r in records if r["accounting"] == acc]
+                paths.append(
+                    _grid(
+                        name, f"-{acc}", [{**r, "m": r["batch_size"]} for r in sel],
+                        ("epsilon", _values(sel, "epsilon")), ms, draw_t, traj_title(acc), out_dir,
+                    )
+                )  # fmt: skip
+        elif kind == "beta_sweep":
+
+            def draw_b(ax: Any, sel: list[Mapping[str, Any]]) -> None:
+                draw_lines(ax, sel, x="beta", y="error", by=["epsilon"], logy=True, spread="std")
                 ax.set_xlabel("smoothing weight β")
-            else:
-                draw_bars(ax, sel, x="method", y="error", by="data_seed" if len({r["data_seed"] for r in sel}) > 1
-                          else "epsilon")  # fmt: skip
-                ax.set_yscale("log")
-                ax.tick_params(axis="x", labelrotation=30, labelsize=7)
-            true = [r["true_epsilon"] for r in sel if r["true_epsilon"] is not None]
-            worst = max(true) if true else math.inf
-            ax.set_title(f"{_TITLES.get(acc, acc)}, m={m}; max true ε={worst:.3g}", fontsize=9)
-            ax.set_ylabel("f(x) - f*  (sum scale)")
-        for ax in list(axes.flat)[len(panels) :]:
-            ax.set_visible(False)
-        return [save_figure(fig, out_dir / f"{name}.png")]
+                ax.set_ylabel(ylab)
+
+            recs = [{**r, "m": r["batch_size"]} for r in records]
+            paths.append(
+                _grid(name, "", recs, ("accounting", accs), ms, draw_b,
+                      lambda a, m, s: f"{_TITLES[a]}, m={m}; true ε ≤ {_true_eps(s)}", out_dir)
+            )  # fmt: skip
+        else:
+
+            def draw_f(ax: Any, sel: list[Mapping[str, Any]]) -> None:
+                draw_lines(ax, sel, x="data_seed", y="error", by=["method"], logy=True, spread="std")
+                ax.set_xlabel("synthetic data set")
+                ax.set_ylabel(ylab)
+
+            recs = [{**r, "m": r["batch_size"]} for r in records]
+            paths.append(
+                _grid(name, "", recs, ("accounting", accs), ms, draw_f,
+                      lambda a, m, s: f"{_TITLES[a]}, m={m}; true ε ≤ {_true_eps(s)}", out_dir)
+            )  # fmt: skip
+        return paths
 
     return plot
 
