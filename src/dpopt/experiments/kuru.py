@@ -252,6 +252,7 @@ def _grid(
     draw: Callable[[Any, list[Mapping[str, Any]]], None],
     title: Callable[[Any, Any, list[Mapping[str, Any]]], str],
     out_dir: Path,
+    legend_title: str | None = None,
 ) -> Path:
     """One figure: a panel per (row value, column value), one shared legend below the panels."""
     from dpopt.experiments.plots import new_figure, save_figure
@@ -282,7 +283,7 @@ def _grid(
                 ax.set_ylabel("")
     if handles:
         fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-                   ncol=min(len(handles), 4), fontsize=8)  # fmt: skip
+                   ncol=min(len(handles), 4), fontsize=8, title=legend_title, title_fontsize=8)  # fmt: skip
     return save_figure(fig, out_dir / f"{name}{suffix}.png")
 
 
@@ -329,7 +330,7 @@ def _plot(name: str, kind: str) -> Callable[[Sequence[Mapping[str, Any]], Path],
             recs = [{**r, "m": r["batch_size"]} for r in records]
             paths.append(
                 _grid(name, "", recs, ("accounting", accs), ms, draw_b,
-                      lambda a, m, s: f"{_TITLES[a]}, m={m}; true ε ≤ {_true_eps(s)}", out_dir)
+                      lambda a, m, s: f"{_TITLES[a]}, m={m}; true ε ≤ {_true_eps(s)}", out_dir, "ε")
             )  # fmt: skip
         else:
 
