@@ -17,6 +17,7 @@ from dpopt.datasets import make_logistic
 from dpopt.distributed.admm import PrivateADMM, geometric
 from dpopt.distributed.checkpoint import CheckpointError, RunStore
 from dpopt.distributed.topology import ring
+from dpopt.ledger import Ledger
 
 
 def _setup(max_iter: int = 12) -> tuple[PrivateADMM, list]:
@@ -100,6 +101,7 @@ def test_a_changed_release_stops_the_resumed_run(tmp_path) -> None:
 _DRIVER = """
 import sys, time
 from dpopt.datasets import make_logistic
+from dpopt.ledger import Ledger
 from dpopt.distributed.admm import PrivateADMM, geometric
 from dpopt.distributed.topology import ring
 
@@ -114,8 +116,9 @@ if __name__ == "__main__":
             print("9", flush=True)
             time.sleep(600)
 
+    acct = Ledger(sys.argv[3]).accountant("consortium")
     alg.run(data, rng="secure", checkpoint_dir=sys.argv[1], checkpoint_every=4, callback=slow,
-            engine=sys.argv[2])
+            engine=sys.argv[2], accountant=acct)
 """
 
 
@@ -124,9 +127,11 @@ def test_secure_run_resumes_after_a_driver_sigkill(tmp_path, engine) -> None:
     script = tmp_path / "driver.py"
     script.write_text(_DRIVER)
     d = tmp_path / "run"
+    url = "sqlite:///" + str(tmp_path / "ledger.db")
+    Ledger(url, create=True).add_dataset("consortium", budget=Budget(100.0), neighbouring="replace_one")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(d), engine], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(script), str(d), engine, url], stdout=subprocess.PIPE, text=True, env=env
     )
     try:
         assert proc.stdout is not None
@@ -147,8 +152,13 @@ def test_secure_run_resumes_after_a_driver_sigkill(tmp_path, engine) -> None:
         ring(4), method="pp", penalty=geometric(0.5, 1.05), noise_rate=geometric(3.0, 1.01),
         max_iter=40, loss_weight=10.0, reg=1.0, init="normal",
     )  # fmt: skip
-    res = alg.run(data, rng="secure", checkpoint_dir=d, resume=True, record_models=True)
+    acct = Ledger(url).accountant("consortium")
+    charged = acct.epsilon()
+    assert len(acct.ledger) == 1 and charged > 0  # the crashed run paid before drawing noise
+    res = alg.run(data, rng="secure", checkpoint_dir=d, resume=True, record_models=True, accountant=acct)
     assert any("resumed from the checkpoint of round 8" in n for n in res.privacy.notes)
+    assert len(Ledger(url).accountant("consortium").ledger) == 1  # the resumed run did not pay again
+    assert acct.epsilon() == pytest.approx(charged) and res.privacy.epsilon == pytest.approx(charged)
     after = _read_log(d)
     assert sorted(after) == list(range(41))
     for r, m in before.items():  # round 9 was replayed with the stored key: the same message

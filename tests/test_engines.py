@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -135,6 +136,23 @@ def test_ray_local_cluster_bit_identical_and_recovers(problem, reference) -> Non
         actors = eng.actors
         _assert_same(reference, alg.run(data, rng=7, engine=eng, record_models=True))  # actors are reused
         assert eng.actors == actors
+        # a stopped (SIGSTOP) actor is handled like a dead one after the time limit
+        eng.timeout = 3.0
+        stopped: list[int] = []
+
+        def stop_at_round_6(info) -> None:
+            if info.round == 6 and not stopped:
+                stopped.append(ray.get(eng.actors[1].pid.remote(), timeout=60))
+                os.kill(stopped[0], signal.SIGSTOP)
+
+        res = alg.run(
+            data, rng=7, engine=eng, checkpoint_every=4, callback=stop_at_round_6, record_models=True
+        )
+        assert stopped and res.parameters["recoveries"] == 1
+        assert any("did not answer within 3 s" in n for n in res.privacy.notes)
+        _assert_same(reference, res)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped[0], signal.SIGCONT)
     assert not ray.is_initialized()
 
 
@@ -239,3 +257,55 @@ def _alive(pid: int) -> bool:
             return fh.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+_RAY_DRIVER = """
+import os, time
+from dpopt.datasets import make_logistic
+from dpopt.distributed.admm import PrivateADMM
+from dpopt.distributed.engines import RayEngine
+from dpopt.distributed.topology import ring
+
+if __name__ == "__main__":
+    ds = make_logistic(200, 3, rng=0)
+    data = [(ds.X[i::4], ds.y[i::4]) for i in range(4)]
+    alg = PrivateADMM(ring(4), method="pp", noise_rate=3.0, max_iter=1000, loss_weight=10.0, reg=1.0)
+    eng = RayEngine(1, num_cpus=1)
+
+    def report(info):
+        if info.round == 2:
+            import psutil  # from ray's thirdparty_files, on sys.path once ray is imported
+
+            pids = [p.pid for p in psutil.Process().children(recursive=True)]
+            print(" ".join(map(str, pids)), flush=True)
+        if info.round >= 2:
+            time.sleep(0.5)
+
+    alg.run(data, rng=1, engine=eng, callback=report)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'dpopt[ray]')")
+def test_local_ray_cluster_does_not_outlive_a_killed_driver(tmp_path) -> None:
+    script = tmp_path / "ray_driver.py"
+    script.write_text(_RAY_DRIVER)
+    import dpopt
+
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(dpopt.__file__)))  # as a user runs it
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(p) for p in _read_line(proc, 240).split()]
+        assert len(pids) >= 3  # the cluster's daemons, the actor and the reaper
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in pids if _alive(p)]
+            time.sleep(0.5)
+        assert not alive, f"processes {alive} of the local Ray cluster outlived the driver"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

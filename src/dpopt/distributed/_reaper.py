@@ -37,9 +37,15 @@ def start_reaper(pids: set[int]) -> subprocess.Popen[bytes] | None:
     """Start a reaper for ``pids`` (and their descendants); None when there is nothing to watch."""
     if not pids:
         return None
+    try:
+        import psutil  # ray ships it in ray/thirdparty_files, which it adds to sys.path on import
+    except ImportError:  # pragma: no cover
+        return None
     env = dict(os.environ)
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    where = os.path.dirname(os.path.dirname(os.path.abspath(psutil.__file__)))
+    paths = [src, where] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     proc = subprocess.Popen(
         [sys.executable, "-m", "dpopt.distributed._reaper", *map(str, sorted(pids))],
         stdin=subprocess.PIPE,
