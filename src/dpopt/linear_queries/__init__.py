@@ -5,6 +5,9 @@
   :class:`StrategyResult`.
 * :mod:`~dpopt.linear_queries.baselines`: the paper's comparison strategies (GM, Identity, HM, WM, ...).
 * :mod:`~dpopt.linear_queries.mechanism`: :func:`answer`, the Gaussian matrix mechanism.
+* :mod:`~dpopt.linear_queries.union`: unions of Kronecker products on domains of any size
+  (:func:`product_marginals`, :func:`optimize_union`).
+* :mod:`~dpopt.linear_queries.records`: tables of records with declared domains (:class:`Schema`).
 
 Example
 -------
@@ -21,7 +24,7 @@ True
 ((2080,), 'add_remove')
 """
 
-from dpopt.linear_queries import baselines, workloads
+from dpopt.linear_queries import baselines, records, union, workloads
 from dpopt.linear_queries.dawa import DawaResult, dawa
 from dpopt.linear_queries.mechanism import (
     Answers,
@@ -30,6 +33,7 @@ from dpopt.linear_queries.mechanism import (
     query_variances,
     strategy_sensitivity,
 )
+from dpopt.linear_queries.records import Records, Schema
 from dpopt.linear_queries.strategy import (
     COAParams,
     StrategyResult,
@@ -39,12 +43,15 @@ from dpopt.linear_queries.strategy import (
     strategy_error,
     svd_lower_bound,
 )
+from dpopt.linear_queries.union import optimize_union, product_marginals
 from dpopt.linear_queries.workloads import Workload
 
 __all__ = [
     "Answers",
     "COAParams",
     "DawaResult",
+    "Records",
+    "Schema",
     "StrategyResult",
     "Workload",
     "answer",
@@ -54,9 +61,13 @@ __all__ = [
     "evaluate_strategy",
     "expected_error",
     "optimize_strategy",
+    "optimize_union",
+    "product_marginals",
     "query_variances",
+    "records",
     "strategy_error",
     "strategy_sensitivity",
     "svd_lower_bound",
+    "union",
     "workloads",
 ]

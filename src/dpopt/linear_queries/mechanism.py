@@ -24,6 +24,7 @@ from dpopt._validation import as_float_array, check_array
 from dpopt.accounting import Accountant, Budget, PrivacySpent, check_neighbouring, make_accountant
 from dpopt.accounting.events import Neighbouring
 from dpopt.exceptions import InvalidParameterError
+from dpopt.linear_queries.records import Records, Schema
 from dpopt.linear_queries.strategy import (
     StrategyResult,
     _blas_threads,
@@ -62,6 +63,7 @@ class Answers:
         The private answers ``W x̂``.
     histogram_estimate : ndarray of shape (n,)
         The least-squares histogram ``x̂ = A⁺ z`` (private; post-processing of the release).
+        Empty (shape ``(0,)``) for marginal-by-marginal releases on domains above 2²² cells.
     expected_error : float
         Expected total squared error ``E‖W x̂ - W x‖² = σ² tr(W A⁺A⁺ᵀWᵀ)`` (data independent).
     expected_error_per_query : float
@@ -142,6 +144,7 @@ _CACHE_LOCK = threading.Lock()
 _RESOLVED: OrderedDict[tuple[Any, ...], StrategyResult] = OrderedDict()
 _SENSITIVITY: OrderedDict[tuple[Any, ...], float] = OrderedDict()
 _RECON_CACHE: OrderedDict[tuple[Any, ...], tuple[FloatArray, FloatArray, FloatArray, float]] = OrderedDict()
+_PLANS: OrderedDict[tuple[Any, ...], tuple[StrategyResult, Any, float, float]] = OrderedDict()
 
 
 def _cached(cache: OrderedDict[tuple[Any, ...], _T], key: tuple[Any, ...], compute: Callable[[], _T]) -> _T:
@@ -162,7 +165,7 @@ def _cached(cache: OrderedDict[tuple[Any, ...], _T], key: tuple[Any, ...], compu
 def clear_caches() -> None:
     """Forget every cached strategy, reconstruction and sensitivity (they are data independent)."""
     with _CACHE_LOCK:
-        for cache in (_RESOLVED, _SENSITIVITY, _RECON_CACHE):
+        for cache in (_RESOLVED, _SENSITIVITY, _RECON_CACHE, _PLANS):
             cache.clear()
 
 
@@ -176,7 +179,7 @@ def _resolve_strategy(
     with the same strategy do not redo it.  ``"identity"`` is never factorized at all.
     """
     if strategy is None or (isinstance(strategy, str) and strategy == "optimal"):
-        return optimize_strategy(workload)
+        return _cached(_RESOLVED, ("optimal", workload.fingerprint()), lambda: optimize_strategy(workload))
     if isinstance(strategy, StrategyResult):
         if strategy.workload_fingerprint and strategy.workload_fingerprint != workload.fingerprint():
             A = strategy.strategy
@@ -218,6 +221,8 @@ def answer(
     accountant: Accountant | None = None,
     counts: Literal["integer", "real"] = "integer",
     rcond: float = 1e-10,
+    schema: Schema | None = None,
+    clip: bool = False,
 ) -> Answers:
     """Answer ``workload`` on ``histogram`` with the Gaussian matrix mechanism.
 
@@ -225,8 +230,13 @@ def answer(
     ----------
     workload : Workload
         The public queries.
-    histogram : array of shape (n,)
-        The private data: one count per cell (non-negative integers unless ``counts="real"``).
+    histogram : array of shape (n,), Records, or a table of records with ``schema``
+        The private data: one count per cell (non-negative integers unless ``counts="real"``);
+        or records (:class:`~dpopt.linear_queries.records.Records`, or a CSV path, numpy
+        structured array, pandas DataFrame or mapping of columns together with ``schema``).
+        With records and a union-of-products workload (marginals, :func:`~dpopt.linear_queries.
+        union.product_marginals`) only the marginals the strategy measures are counted: the full
+        domain is never formed, whatever its size.
     budget : Budget
         Target (ε, δ) with δ > 0.
     rng : int, Generator, "secure" or None
@@ -247,6 +257,12 @@ def answer(
         Validation of the histogram.
     rcond : float
         Relative cut-off for small singular values of A in the least-squares reconstruction.
+    schema : Schema, optional
+        Declared attribute domains of a table of records passed as ``histogram``; its shape must
+        match the workload's domain (C order).  Records outside the domain are refused.
+    clip : bool, default False
+        With ``schema``: move out-of-range values of integer-range attributes to the nearest end
+        (a per-record map: the sensitivity is unchanged).
 
     Returns
     -------
@@ -256,8 +272,9 @@ def answer(
     -------
     (ε, δ)-DP under ``neighbouring`` for unit-count histograms (each record adds 1 to one cell):
     one Gaussian release of ``A x`` with σ calibrated to the l2 sensitivity computed from the
-    numeric strategy A (spec C.2).  The strategy and the workload are public and data
-    independent.  Calibration: ``"analytic"`` (default, tight) or ``"paper"`` (the seed's formula,
+    numeric strategy A (spec C.2).  Records count one unit in one cell each, so adding or
+    removing a record moves the count vector by a unit vector: the same relation.  The strategy
+    and the workload are public and data independent.  Calibration: ``"analytic"`` (default, tight) or ``"paper"`` (the seed's formula,
     for reproductions); the accountant's ``privacy`` reports the verified figure.
     """
     if not isinstance(workload, Workload):
@@ -270,8 +287,25 @@ def answer(
     method = {"analytic": "analytic", "paper": "coa", "classic": "classic"}.get(calibration)
     if method is None:
         raise InvalidParameterError("calibration: must be 'analytic', 'paper' or 'classic'")
-    x = _check_histogram(histogram, workload.domain_size, counts)
-    result = _resolve_strategy(workload, strategy)
+    records = _as_records(histogram, schema, workload, clip)
+    if records is not None:
+        result = _resolve_strategy(workload, strategy)
+        if result.residual_terms:  # measured marginal by marginal: the full domain is never formed
+            return _answer_plan(
+                workload, records.marginal, result, budget, rng, rel, method, accountant, calibration
+            )
+        x = records.histogram()  # other strategies measure every cell
+    else:
+        x = _check_histogram(histogram, workload.domain_size, counts)
+        result = _resolve_strategy(workload, strategy)
+    if result.attribute_bases:
+        shape = result.domain_shape
+
+        def marginal(U: tuple[int, ...]) -> FloatArray:
+            others = tuple(i for i in range(len(shape)) if i not in U)
+            return np.asarray(x.reshape(shape).sum(axis=others), dtype=np.float64)
+
+        return _answer_plan(workload, marginal, result, budget, rng, rel, method, accountant, calibration)
     if result.params.get("implicit") == "identity":
         return _answer_identity(workload, x, result, budget, rng, rel, method, accountant, calibration)
     if result.residual_terms:
@@ -302,6 +336,79 @@ def _default_accountant(
             f"was computed for {rel!r}; pass the same relation to both"
         )
     return accountant
+
+
+def _as_records(histogram: Any, schema: Schema | None, workload: Workload, clip: bool) -> Records | None:
+    if isinstance(histogram, Records):
+        records = histogram
+    elif schema is not None:
+        if not isinstance(schema, Schema):
+            raise InvalidParameterError("schema: expected a dpopt.linear_queries.records.Schema")
+        records = schema.records(histogram, clip=clip)
+    else:
+        return None
+    if records.schema.domain_size != workload.domain_size:
+        raise InvalidParameterError(
+            f"records: the schema's domain has {records.schema.domain_size} cells (shape {records.schema.shape}) "
+            f"but the workload's has {workload.domain_size}"
+        )
+    return records
+
+
+_DENSE_ESTIMATE_LIMIT = 1 << 22
+
+
+def _answer_plan(
+    workload: Workload,
+    marginal: Callable[[tuple[int, ...]], FloatArray],
+    result: StrategyResult,
+    budget: Budget,
+    rng: RNGLike,
+    rel: Neighbouring,
+    method: str,
+    accountant: Accountant | None,
+    calibration: str,
+) -> Answers:
+    """Residual-basis strategies of unions of products: measure marginals, answer part by part."""
+    from dpopt.linear_queries.union import _parts, plan_from_result
+
+    dims, parts = _parts(workload)
+
+    def prepare() -> tuple[StrategyResult, Any, float, float]:
+        plan = plan_from_result(result)
+        unit = sum(float(np.sum(plan.part_variances(p))) for p in parts)
+        return result, plan, plan.unit_sensitivity(), unit
+
+    # keyed by the result's identity (kept alive by the entry, so the id is not reused)
+    _, plan, add_remove, unit = _cached(_PLANS, (id(result), workload.fingerprint()), prepare)
+    if tuple(dims) != tuple(plan.dims):
+        raise InvalidParameterError(
+            f"strategy: made for attribute sizes {plan.dims}, the workload has {tuple(dims)}"
+        )
+    sens = add_remove if rel == "add_remove" else 2.0 * add_remove  # replace-one: the 2x bound
+    acct = _default_accountant(accountant, calibration, budget, rel)
+    mech = GaussianMechanism.calibrate(budget, sens, method=method)  # type: ignore[arg-type]
+    measured = plan.measure(marginal)
+    z = np.atleast_1d(mech.release(measured, rng=rng, accountant=acct, label="matrix-mechanism"))
+    residuals = plan.reconstruct(np.asarray(z, dtype=np.float64))
+    values = np.concatenate([plan.part_answers(residuals, p) for p in parts])
+    expected = mech.sigma**2 * unit
+    if workload.domain_size <= _DENSE_ESTIMATE_LIMIT:
+        x_hat = plan.part_answers(residuals, [Identity(n) for n in dims])
+    else:
+        x_hat = np.zeros(0)
+    return Answers(
+        values=values,
+        histogram_estimate=x_hat,
+        expected_error=expected,
+        expected_error_per_query=expected / workload.n_queries,
+        sigma=mech.sigma,
+        sensitivity=sens,
+        privacy=acct.spent(),
+        calibration=calibration,
+        strategy_method=result.method,
+        bias=result.bias,
+    )
 
 
 def _answer_identity(
@@ -504,11 +611,18 @@ def query_variances(
         return np.asarray(
             gaussian_sigma(budget.epsilon, budget.delta, 1.0, method=method) ** 2 * row_norms_sq(workload)
         )
+    if result.residual_terms:  # unions of products: part by part, never on the full domain
+        from dpopt.linear_queries.union import _parts, plan_from_result
+
+        plan = plan_from_result(result)
+        _, parts = _parts(workload)
+        unit = np.concatenate([plan.part_variances(p) for p in parts])
+        sigma1 = gaussian_sigma(budget.epsilon, budget.delta, plan.unit_sensitivity(), method=method)
+        return np.asarray(sigma1**2 * unit)
     out = np.zeros(workload.n_queries)
     if result.strategy.shape[0] == 0 and not result.factors:
         raise InvalidParameterError(
-            "query_variances: the strategy is implicit (residual basis, n > 4096); per-query variances "
-            "are not available for it yet -- use expected_error for the total"
+            "query_variances: the strategy is implicit and has no per-query error formula"
         )
     if result.factors:
         sens = float(np.prod([np.sqrt(np.max(np.sum(A**2, axis=0))) for A in result.factors]))

@@ -141,6 +141,11 @@ class StrategyResult:
         over residual subspaces ``Q_T = ⊗_{i∈T} P1 ⊗_{i∉T} P0`` of the domain ``domain_shape``,
         as ``(T, x_T)`` pairs; ``A = X^½`` is applied implicitly (``strategy`` is dense only when
         n <= 4096).
+    attribute_bases : tuple of ndarray
+        For a union of products optimized by :func:`~dpopt.linear_queries.union.optimize_union`:
+        the per-attribute bases ``C_i`` of the residual-basis strategy, whose measured subsets and
+        weights are ``residual_terms``; ``term_matrices`` holds each term's matrix on the jointly
+        measured attributes ``params["special"]``; ``strategy`` is then empty.
     """
 
     strategy: FloatArray
@@ -161,11 +166,13 @@ class StrategyResult:
     factors: tuple[FloatArray, ...] = ()
     residual_terms: tuple[tuple[tuple[int, ...], float], ...] = ()
     domain_shape: tuple[int, ...] = ()
+    attribute_bases: tuple[FloatArray, ...] = ()
+    term_matrices: tuple[FloatArray, ...] = ()
 
     def __post_init__(self) -> None:
         # results are frozen: make the arrays read-only too (a strategy must not change after its
         # error and sensitivity were computed)
-        for A in (self.strategy, *self.factors):
+        for A in (self.strategy, *self.factors, *self.attribute_bases, *self.term_matrices):
             if isinstance(A, np.ndarray) and A.flags.writeable and A.flags.owndata:
                 A.setflags(write=False)
 
@@ -194,11 +201,15 @@ class StrategyResult:
         p = Path(path)
         if p.suffix != ".npz":
             p = p.with_suffix(".npz")
-        skip = ("strategy", "factors")
+        skip = ("strategy", "factors", "attribute_bases", "term_matrices")
         meta = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         meta["history"] = list(self.history)
         meta["n_factors"] = len(self.factors)
+        meta["n_bases"] = len(self.attribute_bases)
+        meta["n_terms"] = len(self.term_matrices)
         arrays: dict[str, Any] = {f"factor_{i}": A for i, A in enumerate(self.factors)}
+        arrays.update({f"basis_{i}": C for i, C in enumerate(self.attribute_bases)})
+        arrays.update({f"term_{i}": C for i, C in enumerate(self.term_matrices)})
         arrays["strategy"] = self.strategy
         arrays["meta"] = np.array(json.dumps(meta, default=float))
         np.savez_compressed(p, **arrays)
@@ -212,8 +223,14 @@ class StrategyResult:
             meta = json.loads(str(data["meta"]))
             k = int(meta.pop("n_factors", 0))
             factors = tuple(np.array(data[f"factor_{i}"], dtype=np.float64) for i in range(k))
+            nb = int(meta.pop("n_bases", 0))
+            bases = tuple(np.array(data[f"basis_{i}"], dtype=np.float64) for i in range(nb))
+            nt = int(meta.pop("n_terms", 0))
+            terms = tuple(np.array(data[f"term_{i}"], dtype=np.float64) for i in range(nt))
         meta["history"] = tuple(meta.get("history", ()))
         meta["factors"] = factors
+        meta["attribute_bases"] = bases
+        meta["term_matrices"] = terms
         meta["residual_terms"] = tuple((tuple(T), float(x)) for T, x in meta.get("residual_terms", ()))
         meta["domain_shape"] = tuple(meta.get("domain_shape", ()))
         result = cls(strategy=strategy, **meta)
@@ -576,11 +593,19 @@ def _solve_dual(
     w: FloatArray,
     Q: FloatArray,
     root_lower: float = 0.0,
+    evaluator: Any = None,
 ) -> tuple[FloatArray, float, float, str, int, list[dict[str, Any]], FloatArray]:
-    n = V.shape[0]
-    rank = int(np.sum(w > w.max() * n * np.finfo(float).eps))
-    ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n, root_lower=root_lower)
-    u = np.full(n, math.log(max(np.sqrt(w).sum() / n, 1e-300)))
+    """The dual fixed point; ``evaluator`` (with ``n`` and :class:`_DualEvaluator`'s methods)
+    replaces the dense one (e.g. the block-diagonal problems of unions of products)."""
+    if evaluator is not None:
+        ev = evaluator
+        n = int(ev.n)
+        u = np.zeros(n)
+    else:
+        n = V.shape[0]
+        rank = int(np.sum(w > w.max() * n * np.finfo(float).eps))
+        ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n, root_lower=root_lower)
+        u = np.full(n, math.log(max(np.sqrt(w).sum() / n, 1e-300)))
     best_lb, best_ub = -math.inf, math.inf
     best: tuple[FloatArray, str] | None = None
     best_A: FloatArray | None = None
@@ -863,6 +888,11 @@ def optimize_strategy(
         return result
     if isinstance(wl, Marginals) and method != "paper":
         return _optimize_marginals(wl, method=method)
+    if method != "paper" and wl.domain_size > _DENSE_PRODUCT_LIMIT:
+        from dpopt.linear_queries.union import is_union_of_products, optimize_union
+
+        if is_union_of_products(wl):
+            return optimize_union(wl)
     if isinstance(wl, Kronecker):
         return _optimize_kronecker(
             wl,
@@ -927,9 +957,7 @@ def _blas_threads(n: int) -> contextlib.AbstractContextManager[Any]:
     return _CONTROLLER.limit(limits=1, user_api="blas")
 
 
-def _progress_bar(
-    n: int, method: str, tol: float, callback: Callback | None
-) -> tuple[Any, Callback]:
+def _progress_bar(n: int, method: str, tol: float, callback: Callback | None) -> tuple[Any, Callback]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -1024,7 +1052,9 @@ def _optimize(
                 "use theta > 0, the homotopy, or method='dual', which handles singular workloads exactly"
             )
         if method == "paper":
-            run_params["stopping_rule"] = "relative objective decrease <= accuracy (the paper's; no certificate)"
+            run_params["stopping_rule"] = (
+                "relative objective decrease <= accuracy (the paper's; no certificate)"
+            )
             X = np.eye(n)
             thetas = [params.theta]
             if params.homotopy:

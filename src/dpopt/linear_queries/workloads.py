@@ -525,12 +525,6 @@ class Union(Workload):
         super().__init__(sum(p.n_queries for p in ps), n, name=name, params=params)
         self.parts = ps
 
-    def _gram(self) -> FloatArray:
-        out = np.zeros((self._n, self._n))
-        for p in self.parts:
-            out += p.gram()
-        return out
-
     def _matvec(self, x: FloatArray) -> FloatArray:
         return np.concatenate([p.answer(x) for p in self.parts])
 
@@ -539,6 +533,26 @@ class Union(Workload):
 
     def matrix(self) -> FloatArray:
         return np.vstack([p.matrix() for p in self.parts])
+
+    def _gram(self) -> FloatArray:
+        if self._n > Kronecker.dense_limit and all(isinstance(p, Kronecker) for p in self.parts):
+            raise InvalidParameterError(
+                f"gram: the union's domain has n={self._n} cells, too many for a dense n×n matrix "
+                f"(limit {Kronecker.dense_limit}); the optimizer uses the structured residual-basis path"
+            )
+        out = np.zeros((self._n, self._n))
+        for p in self.parts:
+            out += p.gram()
+        return out
+
+    def fingerprint(self) -> str:
+        """Large unions of products are identified by their parts (their Gram matrix is never formed)."""
+        if self._fingerprint is None and self._n > Kronecker.dense_limit:
+            h = hashlib.sha256(b"union")
+            for p in self.parts:
+                h.update(p.fingerprint().encode())
+            self._fingerprint = h.hexdigest()
+        return super().fingerprint()
 
 
 class Marginals(Union):
