@@ -392,3 +392,31 @@ def test_export_is_standard_json(ledger: Ledger) -> None:
     assert ds["releases"][0]["event"]["type"] == "RepeatedEvent"
     assert ds["spent"]["epsilon"] == pytest.approx(0.075)
     assert "ledger.db" in text
+
+
+def test_private_admm_run_charges_the_ledger(url: str) -> None:
+    from dpopt.datasets import make_logistic
+    from dpopt.distributed.admm import PrivateADMM
+    from dpopt.distributed.topology import ring, split_rows
+
+    ds = make_logistic(200, 4, rng=0)
+    data = [(ds.X[p], ds.y[p]) for p in split_rows(200, 4, rng=1, min_size=10)]
+    led = Ledger(url, create=True)
+    led.add_dataset("sites", budget=Budget(50.0, 1e-5), neighbouring="replace_one", accountant="basic")
+    acct = led.accountant("sites")
+    res = PrivateADMM(ring(4), method="pp", noise_rate=3.0, max_iter=3, loss_weight=10.0).run(
+        data, rng=0, accountant=acct
+    )
+    assert len(led.history("sites")) >= 1
+    assert acct.epsilon() == pytest.approx(res.privacy.epsilon, rel=1e-9)
+
+
+def test_urls_never_show_passwords() -> None:
+    from dpopt.ledger.backend import redact_url
+
+    assert redact_url("postgresql://ann:s3cret@db:5432/ledger") == "postgresql://ann:***@db:5432/ledger"
+    assert redact_url("postgresql://ann@db/ledger") == "postgresql://ann@db/ledger"
+    pytest.importorskip("psycopg")
+    with pytest.raises(LedgerError) as info:
+        Ledger("postgresql://ann:s3cret@127.0.0.1:1/ledger", timeout=2)
+    assert "s3cret" not in str(info.value) and "***" in str(info.value)

@@ -19,7 +19,7 @@ import warnings
 from typing import Any
 
 from dpopt.accounting import Accountant, Budget, LedgerEntry, PrivacyEvent, PrivacySpent, make_accountant
-from dpopt.accounting.accountants import _REL_TOL
+from dpopt.accounting.accountants import _REL_TOL, InfoNote
 from dpopt.exceptions import BudgetExceededError, PrivacyClaimWarning
 from dpopt.ledger.backend import Transaction
 from dpopt.ledger.errors import LedgerError, UnknownDatasetError
@@ -162,8 +162,11 @@ class LedgerAccountant(Accountant):
             if be.lock_dataset(tx, self.dataset) is None:
                 raise UnknownDatasetError(f"dataset {self.dataset!r} is no longer in the ledger {be.display_url}")
             self._replay(self._new_rows(tx))
-            before = self._inner.epsilon(budget.delta)
-            after = self._inner.would_spend(event, count, budget.delta)
+            inner = self._inner
+            before = inner.epsilon(budget.delta)
+            # what Accountant.compose does, split around the commit: extend once, record, then apply
+            state, notes = inner._extend(inner._state, event, count)
+            after = inner._epsilon(state, budget.delta)
             if not after <= budget.epsilon * (1 + _REL_TOL) + 1e-12:
                 what = "a non-private release (ε = ∞)" if math.isinf(after) and after > before else "this release"
                 raise BudgetExceededError(
@@ -190,12 +193,13 @@ class LedgerAccountant(Accountant):
             )
             tx.run("UPDATE dpopt_datasets SET n_releases = ? WHERE name = ?", (seq, self.dataset))
         # committed: the spend is recorded whatever happens next
-        try:
-            self._inner.compose(event, count, label=label)  # warns the release's notes, if any
-        except BaseException:
-            self._reset()  # rebuilt from the database on next use
-            raise
+        inner._state = state
+        inner._notes.extend(notes)
+        inner._ledger.append(LedgerEntry(event, count, label))
         self._seq = seq
+        for note in notes:  # as Accountant.compose: warn what is not mere information
+            if not isinstance(note, InfoNote):
+                warnings.warn(note, PrivacyClaimWarning, stacklevel=4)
 
     def fresh(self) -> Accountant:
         """An empty in-memory accountant of the dataset's kind, relation and budget (not persisted)."""
