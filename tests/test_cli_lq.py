@@ -288,3 +288,56 @@ def test_strategy_for_another_workload_is_refused(
     line = _one_error_line(capsys.readouterr().err)
     assert "different workload" in line and "dpopt strategy WORKLOAD" in line
     assert not out.exists()
+
+
+def _records_files(tmp_path: Path, n: int = 300) -> tuple[Path, Path]:
+    import json
+
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"age": {"range": [17, 40]}, "sex": ["F", "M"], "hours": 6}))
+    g = np.random.default_rng(0)
+    data = tmp_path / "people.csv"
+    with data.open("w") as fh:
+        fh.write("sex,age,hours,name\n")
+        for _ in range(n):
+            fh.write(f"{g.choice(['F', 'M'])},{g.integers(17, 41)},{g.integers(0, 6)},x\n")
+    return schema, data
+
+
+def test_answer_from_records_with_a_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    schema, data = _records_files(tmp_path)
+    out = tmp_path / "a.csv"
+    argv = ["answer", "kway:k=2,all_range=age", str(data), "--schema", str(schema)]
+    argv += ["--epsilon", "1", "--delta", "1e-6", "--seed", "0", "--out", str(out)]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    assert "strategy: " in stdout and "add_remove" in stdout
+    rows = _rows(out)
+    # 3 pairs: (age ranges x sex) + (age ranges x hours) + (sex x hours)
+    assert len(rows) - 1 == 300 * 2 + 300 * 6 + 12
+    assert all(r[2] for r in rows[1:])  # expected error per query for every row
+    # a record outside the declared domain is refused by attribute, never by value
+    with data.open("a") as fh:
+        fh.write("F,987654,1,x\n")
+    assert main([*argv[:-1], str(tmp_path / "b.csv")]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "'age'" in line and "987654" not in line
+    assert main([*argv[:-1], str(tmp_path / "b.csv"), "--clip"]) == 0
+    capsys.readouterr()
+    # kway needs a schema
+    assert main(["answer", "kway:k=2", str(data), "--epsilon", "1", "--delta", "1e-6"]) == 2
+    assert "--schema" in _one_error_line(capsys.readouterr().err)
+
+
+def test_answer_allows_zero_columns_when_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    W = np.zeros((3, 6))
+    W[0, :2] = W[1, 1:3] = W[2, 4] = 1  # cell 3 and 5 are never queried
+    np.save(tmp_path / "w.npy", W)
+    hist = tmp_path / "h.txt"
+    np.savetxt(hist, np.arange(6), fmt="%d")
+    argv = ["answer", str(tmp_path / "w.npy"), str(hist), "--epsilon", "1", "--delta", "1e-6", "--seed", "0"]
+    argv += ["--out", str(tmp_path / "a.csv")]
+    assert main(argv) == 2
+    assert "--allow-zero-columns" in _one_error_line(capsys.readouterr().err)
+    assert main([*argv, "--allow-zero-columns", "--no-progress"]) == 0
+    assert len(_rows(tmp_path / "a.csv")) == 4

@@ -266,15 +266,23 @@ def _nonneg_int(text: str) -> int:
     return int(text)
 
 
-def _load_workload(text: str) -> Workload:
-    """A workload from a file (if ``text`` names an existing file) or a spec such as ``prefix:n=64``."""
+def _load_workload(text: str, *, allow_zero_columns: bool = False, schema: Any = None) -> Workload:
+    """A workload from a file (if ``text`` names an existing file) or a spec such as ``prefix:n=64``.
+
+    With a records ``schema``, ``kway:k=2,all_range=age,prefix=hours`` names all k-way marginals of
+    the schema's attributes with range / prefix queries on the named ordered attributes.
+    """
     from dpopt.linear_queries import workloads
 
+    if text.strip().lower().startswith("kway"):
+        return _kway_workload(text, schema)
     path = Path(text)
     if path.is_file():
         try:
-            return workloads.load(path)
-        except DPOptError:
+            return workloads.load(path, allow_zero_columns=allow_zero_columns)
+        except DPOptError as exc:
+            if "allow_zero_columns=True" in str(exc):  # name the command's flag, not the API's
+                raise _UsageError(str(exc).replace("allow_zero_columns=True", "--allow-zero-columns")) from None
             raise
         except (ValueError, EOFError, zipfile.BadZipFile) as exc:  # unparsable file contents
             raise _UsageError(f"workload file {text}: could not read a numeric matrix ({exc})") from None
@@ -290,6 +298,66 @@ def _load_workload(text: str) -> Workload:
                 f"'{part.strip()},seed=0') so that 'dpopt strategy' and 'dpopt answer' build the same queries"
             )
     return workloads.from_spec(text)
+
+
+def _kway_workload(text: str, schema: Any) -> Workload:
+    from dpopt.linear_queries.union import product_marginals
+
+    if schema is None:
+        raise _UsageError(
+            f"workload spec {text!r}: kway workloads are defined on a records schema; pass --schema"
+        )
+    _, _, rest = text.partition(":")
+    k = 2
+    queries: dict[int, str] = {}
+    for item in filter(None, (t.strip() for t in rest.split(","))):
+        key, eq, value = item.partition("=")
+        key = key.strip().lower()
+        if not eq:
+            raise _UsageError(f"workload spec: expected key=value, got {item!r}")
+        if key == "k":
+            if not value.strip().isdigit():
+                raise _UsageError("workload spec: k must be a non-negative integer")
+            k = int(value)
+        elif key in ("all_range", "prefix", "identity"):
+            for name in value.split("+"):
+                if name.strip() not in schema.names:
+                    raise _UsageError(f"workload spec: {name.strip()!r} is not an attribute of the schema")
+                queries[schema.names.index(name.strip())] = key
+        else:
+            raise _UsageError(f"workload spec: unknown key {key!r} for kway (k, all_range, prefix)")
+    return product_marginals(schema.shape, k, queries=queries)
+
+
+def _load_schema(text: str) -> Any:
+    """A records schema from JSON: ``{"age": {"range": [17, 90]}, "sex": ["F", "M"], "hours": 100}``."""
+    import json
+
+    from dpopt.linear_queries.records import Schema
+
+    path = Path(text)
+    if not path.is_file():
+        raise _UsageError(f"schema file not found: {text}")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _UsageError(f"schema file {text}: not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(raw, dict):
+        raise _UsageError(f"schema file {text}: expected an object mapping attribute names to domains")
+    domains: dict[str, Any] = {}
+    for name, dom in raw.items():
+        if isinstance(dom, dict):
+            bounds = dom.get("range")
+            if not (
+                isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int) for b in bounds)
+            ):
+                raise _UsageError(
+                    f'schema file {text}: {name!r}: expected {{"range": [low, high]}} (integers)'
+                )
+            domains[name] = range(bounds[0], bounds[1] + 1)
+        else:
+            domains[name] = dom
+    return Schema.from_dict(domains)
 
 
 def _load_histogram(text: str) -> np.ndarray[Any, Any]:
@@ -308,12 +376,16 @@ def _load_histogram(text: str) -> np.ndarray[Any, Any]:
                 x = np.load(path, allow_pickle=False)
             else:  # the checked parser names the line and column, never the text found there
                 delim = "," if path.suffix.lower() == ".csv" else None
-                x = parse_numeric_table(path.read_text(encoding="utf-8"), f"histogram file {text}", delimiter=delim)
+                x = parse_numeric_table(
+                    path.read_text(encoding="utf-8"), f"histogram file {text}", delimiter=delim
+                )
         x = np.asarray(x, dtype=np.float64)
     except DPOptError as exc:
         raise _UsageError(f"{exc}; expected numeric counts, one per cell") from None
     except (ValueError, TypeError, EOFError, UserWarning) as exc:
-        raise _UsageError(f"histogram file {text}: could not read numeric counts ({type(exc).__name__})") from None
+        raise _UsageError(
+            f"histogram file {text}: could not read numeric counts ({type(exc).__name__})"
+        ) from None
     if x.ndim == 2 and 1 in x.shape:
         x = x.reshape(-1)
     if x.ndim != 1 or x.size == 0:
@@ -347,12 +419,14 @@ def _warn_lines(caught: list[warnings.WarningMessage]) -> None:
         print(f"{PROG}: warning: {' '.join(str(w.message).split())}", file=sys.stderr)
 
 
-def _optimize(workload: Workload, method: str, tol: float) -> StrategyResult:
+def _optimize(workload: Workload, method: str, tol: float, progress: bool | None = False) -> StrategyResult:
     from dpopt.linear_queries import optimize_strategy
 
+    if progress is None:  # automatic: long dense optimizations on a terminal
+        progress = workload.domain_size >= 1024 and sys.stderr.isatty()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = optimize_strategy(workload, method=method, tol=tol)  # type: ignore[arg-type]
+        result = optimize_strategy(workload, method=method, tol=tol, progress=progress)  # type: ignore[arg-type]
     _warn_lines(caught)
     return result
 
@@ -445,14 +519,28 @@ def _cmd_answer(args: argparse.Namespace) -> int:
     budget = Budget(args.epsilon, args.delta)
     if not budget.delta > 0:
         raise _UsageError("--delta: the Gaussian matrix mechanism needs δ > 0")
-    workload = _load_workload(args.workload)
-    # answer() checks the histogram again; checking first avoids optimizing a strategy for nothing
-    try:
-        x = _check_histogram(_load_histogram(args.histogram), workload.domain_size, "integer")
-    except InvalidParameterError as exc:  # drop the API hint about counts='real' (not a CLI option)
-        message = str(exc).split("; pass counts=")[0].removeprefix("histogram: ")
-        raise _UsageError(f"histogram file {args.histogram}: {message}") from None
-    strategy = _load_strategy(args.strategy, workload) if args.strategy else _optimize(workload, "dual", 1e-4)
+    schema = _load_schema(args.schema) if args.schema else None
+    workload = _load_workload(args.workload, allow_zero_columns=args.allow_zero_columns, schema=schema)
+    # answer() checks the data again; checking first avoids optimizing a strategy for nothing
+    x: Any
+    if schema is not None:  # HISTOGRAM is a CSV of records with a header row
+        x = schema.records(args.histogram, clip=args.clip)
+        if schema.domain_size != workload.domain_size:
+            raise _UsageError(
+                f"--schema {args.schema}: its domain has {schema.domain_size} cells, the workload's {workload.domain_size}"
+            )
+    else:
+        try:
+            x = _check_histogram(_load_histogram(args.histogram), workload.domain_size, "integer")
+        except InvalidParameterError as exc:  # drop the API hint about counts='real' (not a CLI option)
+            message = str(exc).split("; pass counts=")[0].removeprefix("histogram: ")
+            raise _UsageError(f"histogram file {args.histogram}: {message}") from None
+    progress = False if args.no_progress else (True if args.progress else None)
+    strategy = (
+        _load_strategy(args.strategy, workload)
+        if args.strategy
+        else _optimize(workload, "dual", 1e-4, progress)
+    )
     try:  # data independent, no privacy cost; computed before the release
         variances: np.ndarray[Any, Any] | None = query_variances(workload, strategy, budget)
     except InvalidParameterError as exc:
@@ -621,12 +709,40 @@ def build_parser() -> argparse.ArgumentParser:
         description="Answer WORKLOAD on the counts in HISTOGRAM under (ε, δ)-DP. Every run is a new "
         "release of the data and spends the budget again.",
     )
-    p.add_argument("workload", metavar="WORKLOAD", help=workload_help)
+    p.add_argument(
+        "workload",
+        metavar="WORKLOAD",
+        help=workload_help + "; with --schema also 'kway:k=2,all_range=age' (k-way marginals of the schema's "
+        "attributes, ranges or prefixes on the named ordered attributes, joined by +)",
+    )
     p.add_argument(
         "histogram",
         metavar="HISTOGRAM",
-        help="the private counts, one non-negative integer per cell (.npy, .csv or whitespace-separated text)",
+        help="the private counts, one non-negative integer per cell (.npy, .csv or whitespace-separated text); "
+        "with --schema: a CSV of records with a header row naming the attributes",
     )
+    p.add_argument(
+        "--schema",
+        metavar="JSON",
+        help='declared attribute domains of the records in HISTOGRAM, e.g. {"age": {"range": [17, 90]}, '
+        '"sex": ["F", "M"], "hours": 100} (attribute order = the domain\'s axes); records outside are refused',
+    )
+    p.add_argument(
+        "--clip",
+        action="store_true",
+        help="with --schema: move out-of-range values of range attributes to the nearest end instead of refusing",
+    )
+    p.add_argument(
+        "--allow-zero-columns",
+        action="store_true",
+        help="accept a workload file with cells no query touches (they are left unmeasured)",
+    )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="show the optimizer's progress (default: automatically for n >= 1024 on a terminal)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="never show the optimizer's progress")
     p.add_argument("--epsilon", type=float, required=True, metavar="E", help="privacy budget ε > 0")
     p.add_argument("--delta", type=float, required=True, metavar="D", help="privacy budget 0 < δ < 1")
     p.add_argument(
