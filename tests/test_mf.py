@@ -193,3 +193,74 @@ def test_huge_rank_is_refused_with_the_memory_estimate_before_allocating() -> No
         hamsi(problem, max_iter=1, rng=0)
     with pytest.raises(InvalidParameterError, match=r"rank=1000000000: the factors .* would need"):
         problem.init_factors(rng=0)
+
+
+# ----------------------------------------------------------------------------- the biased model
+def biased_problem(
+    l2: float = 0.05, l2_bias: float | None = 0.02, rank: int = 3
+) -> MatrixFactorizationProblem:
+    r = make_low_rank_ratings(12, 9, 2, 0.6, rng=3)
+    r = Ratings(rows=r.rows, cols=r.cols, values=r.values + 3.0, shape=r.shape, name="shifted")
+    return MatrixFactorizationProblem(r, rank, l2=l2, l2_bias=l2_bias, bias=True, clip=(2.0, 4.0))
+
+
+def test_biased_model_loss_gradient_and_fixed_columns() -> None:
+    p = biased_problem()
+    assert p.width == 5 and p.offset == pytest.approx(float(p.ratings.values.mean()))
+    gen = np.random.default_rng(0)
+    U, V = gen.standard_normal((12, 3)), gen.standard_normal((9, 3))
+    bu, bi = gen.standard_normal(12), gen.standard_normal(9)
+    Uw, Vw = p.augment(U, V, bu, bi)
+    r = p.ratings
+    pred = p.offset + bu[r.rows] + bi[r.cols] + np.einsum("ij,ij->i", U[r.rows], V[r.cols])
+    dense = 0.5 / r.n_ratings * float(((r.values - pred) ** 2).sum())
+    dense += 0.5 * 0.05 * float((U**2).sum() + (V**2).sum()) + 0.5 * 0.02 * float(
+        (bu**2).sum() + (bi**2).sum()
+    )
+    assert p.loss(Uw, Vw) == pytest.approx(dense, rel=1e-12)
+    gU, gV = p.gradient(Uw, Vw, n_threads=2)
+    assert np.all(gU[:, 4] == 0) and np.all(gV[:, 3] == 0)  # the columns of ones never move
+    x = p.pack(Uw, Vw)
+    g = np.concatenate([gU.ravel(), gV.ravel()])
+    fd = np.empty_like(x)
+    for i in range(x.shape[0]):
+        e = np.zeros_like(x)
+        e[i] = 1e-6
+        fd[i] = (p.loss(*p.unpack(x + e)) - p.loss(*p.unpack(x - e))) / 2e-6
+    free = np.ones_like(x, dtype=bool)
+    Uf, Vf = p.unpack(free.astype(float))
+    Uf[:, 4] = 0
+    Vf[:, 3] = 0
+    mask = np.concatenate([Uf.ravel(), Vf.ravel()]).astype(bool)
+    np.testing.assert_allclose(g[mask], fd[mask], rtol=1e-6, atol=1e-8)
+    # split / augment round trip; plain factors are accepted where working factors are expected
+    U2, V2, bu2, bi2 = p.split(Uw, Vw)
+    assert np.array_equal(U2, U) and np.array_equal(V2, V) and np.array_equal(bu2, bu) and np.array_equal(bi2, bi)
+    assert p.loss(U, V) == pytest.approx(p.loss(*p.augment(U, V)))
+
+
+def test_biased_model_predict_clip_and_heldout_rmse() -> None:
+    p = biased_problem()
+    Uw, Vw = p.init_factors(rng=1, scale=None)
+    assert np.all(Uw[:, 3] == 0) and np.all(Uw[:, 4] == 1) and np.all(Vw[:, 3] == 1)
+    assert 0 < p.default_init_scale() < 1
+    r = p.ratings
+    pred = p.predict(Uw * 40, Vw, r.rows, r.cols)  # large factors: clipping matters
+    raw = p.offset + np.einsum("ij,ij->i", (Uw * 40)[r.rows], Vw[r.cols])  # biases are zero
+    assert pred.min() >= 2.0 and pred.max() <= 4.0 and (raw < 2).any() | (raw > 4).any()
+    held = p.rmse(Uw * 40, Vw, r)  # held-out path: clipped
+    assert held == pytest.approx(float(np.sqrt(np.mean((r.values - pred) ** 2))), rel=1e-12)
+    assert p.rmse(Uw * 40, Vw) > held  # the training RMSE is unclipped
+    with pytest.raises(InvalidParameterError, match="clip"):
+        MatrixFactorizationProblem(r, 2, clip=(3.0, 1.0))
+    with pytest.raises(InvalidParameterError, match="no biases"):
+        MatrixFactorizationProblem(r, 2).augment(np.zeros((12, 2)), np.zeros((9, 2)), np.zeros(12))
+
+
+def test_als_lambda_scale() -> None:
+    r = make_low_rank_ratings(12, 9, 2, 0.6, rng=3)
+    p = MatrixFactorizationProblem.from_als_lambda(r, 2, 6.0, lam_bias=3.0, bias=True)
+    assert p.l2 == pytest.approx(6.0 / r.n_ratings) and p.l2_bias == pytest.approx(3.0 / r.n_ratings)
+    U, V = p.init_factors(rng=0)
+    als = 0.5 * p.sse(U, V) + 0.5 * (6.0 * float((U[:, :2] ** 2).sum() + (V[:, :2] ** 2).sum()))
+    assert p.loss(U, V) * r.n_ratings == pytest.approx(als)  # biases are zero at the start

@@ -1,21 +1,35 @@
 """Low-rank matrix factorization of a sparse rating matrix: the partially separable problem of HAMSI.
 
 Given observed ratings ``Ω = {(a, b, y_ab)}`` of an ``n_rows x n_cols`` matrix, find factors
-``U`` (n_rows x rank) and ``V`` (n_cols x rank) minimising
+``U`` (n_rows x rank) and ``V`` (n_cols x rank) -- and, for the biased model (``bias=True``), row and
+column biases ``p`` and ``q`` -- minimising
 
 .. math::
 
-    f(U, V) = \\frac{w}{2} \\sum_{(a,b) \\in Ω} (y_{ab} - U_a \\cdot V_b)^2
-              + \\frac{\\lambda}{2} (\\|U\\|_F^2 + \\|V\\|_F^2)
+    f = \\frac{w}{2} \\sum_{(a,b) \\in Ω} (y_{ab} - μ - p_a - q_b - U_a \\cdot V_b)^2
+        + \\frac{\\lambda}{2} (\\|U\\|_F^2 + \\|V\\|_F^2) + \\frac{\\lambda_b}{2} (\\|p\\|^2 + \\|q\\|^2)
 
 with ``w = 1/|Ω|`` (``scaling="mean"``, the default: the 1/(2|Ω|) objective of the authors' C++
 code, for which HAMSI's constants η = 0.06, γ = 0.51 were tuned; spec note N5) or ``w = 2``
-(``scaling="sum"``: the plain sum of squares of eq. (3.1) of the thesis).  ``λ = l2`` (default 0, as
-in the thesis).  The function of rating ``(a, b)`` depends only on row ``a`` of ``U`` and row ``b``
+(``scaling="sum"``: the plain sum of squares of eq. (3.1) of the thesis).  ``λ = l2`` and
+``λ_b = l2_bias`` (default ``l2``).  ``μ = offset`` is a constant (the training mean for the biased
+model, 0 otherwise).  The seed's model is ``bias=False, l2=0`` (the defaults of this class).
+
+**Scale of the ridge weight.**  ``l2`` multiplies the *objective as scaled above*.  The usual
+convention of ALS libraries (cmfrec, implicit, Spark without count weighting) is
+``Σ r² + λ_ALS (‖U‖² + ‖V‖²)``; it is the same objective up to a factor with
+``l2 = w · λ_ALS`` (``λ_ALS / |Ω|`` under mean scaling).  :meth:`MatrixFactorizationProblem.from_als_lambda`
+and :class:`dpopt.recommender.MFRecommender` take ``λ_ALS`` directly.
+
+The function of rating ``(a, b)`` depends only on row ``a`` of ``U`` and row ``b``
 of ``V`` (the "column" ``b`` of the thesis's ``X2 = V^T``): the problem is partially separable, which
 is what :mod:`dpopt.distributed.partition` and :func:`dpopt.solvers.hamsi.hamsi` exploit.
 
-The flat parameter vector used by the solvers is ``x = [U.ravel(), V.ravel()]``.
+**Working factors.**  The solvers work on ``width``-column matrices: ``U`` and ``V`` themselves
+without biases, and ``[U | p | 1]``, ``[V | 1 | q]`` with biases (``width = rank + 2``; the product
+of two such rows is ``U_a·V_b + p_a + q_b`` and the columns of ones have zero gradient, so they
+never move).  The flat parameter vector used by the solvers is ``x = [U_w.ravel(), V_w.ravel()]``;
+:meth:`~MatrixFactorizationProblem.split` returns ``(U, V, p, q)``.
 
 Gradients are computed by compiled kernels (numba, GIL released) whose results do not depend on the
 number of threads.
@@ -83,7 +97,8 @@ class MatrixFactorizationProblem:
     rank : int
         Latent dimension ``L`` (50 in the thesis), ``>= 1``.
     l2 : float, default 0.0
-        Ridge weight ``λ >= 0`` on both factors.
+        Ridge weight ``λ >= 0`` on both factors, on the scale of the objective (``w · λ_ALS``; see
+        the module docstring).
     scaling : {"mean", "sum"}, default "mean"
         ``"mean"``: data term ``(1/(2|Ω|)) Σ r²`` (use with HAMSI's published constants);
         ``"sum"``: ``Σ r²`` as printed in the thesis.
@@ -98,20 +113,46 @@ class MatrixFactorizationProblem:
         used for sets of ratings that are not already split into variable-disjoint blocks (use
         ``grid >= n_threads``; each stratum costs one thread rendezvous).  Results do not depend on
         the thread count, only on ``grid``.
+    bias : bool, default False
+        Add a row bias ``p_a`` and a column bias ``q_b`` to every prediction (the model of
+        recommender libraries).  ``False`` is the seed's model.
+    l2_bias : float or None, default None
+        Ridge weight ``λ_b`` of the biases (same scale as ``l2``); ``None`` uses ``l2``.
+    offset : float or None, default None
+        The constant ``μ`` subtracted from every rating; ``None``: the mean training rating with
+        ``bias=True``, ``0`` without.
+    clip : (float, float) or None, default None
+        Predictions are clipped to this interval (e.g. the rating scale ``(1, 5)``) by
+        :meth:`predict` and by the held-out RMSE (``rmse(..., ratings=...)``); the training
+        objective and the training RMSE use the unclipped model.
 
     Attributes
     ----------
     rows, cols, values : ndarray
         The ratings in the kernels' layout (stratum by stratum, block by block, each block sorted
-        by (row, col)).
+        by (row, col)); ``values`` has ``offset`` subtracted.
     row_cuts, col_cuts : ndarray of int64
         The ``grid + 1`` interval boundaries.
+    width : int
+        Columns of the working factors: ``rank`` (+ 2 with biases).
 
     Raises
     ------
     InvalidParameterError
         For ``rank <= 0``, negative ``l2``, an unknown ``scaling``, no ratings, or (unless
         ``allow_empty``) empty rows or columns.
+
+    Examples
+    --------
+    >>> from dpopt.datasets import make_low_rank_ratings
+    >>> r = make_low_rank_ratings(40, 30, 2, 0.5, rng=0)
+    >>> p = MatrixFactorizationProblem(r, 3, bias=True, l2=1e-3)
+    >>> U, V = p.init_factors(rng=0)
+    >>> U.shape, p.width
+    ((40, 5), 5)
+    >>> U0, V0, row_bias, col_bias = p.split(U, V)
+    >>> U0.shape, float(abs(row_bias).max())
+    ((40, 3), 0.0)
     """
 
     ratings: Ratings
@@ -120,6 +161,10 @@ class MatrixFactorizationProblem:
     scaling: Literal["mean", "sum"] = "mean"
     allow_empty: bool = False
     grid: int = 4
+    bias: bool = False
+    l2_bias: float | None = None
+    offset: float | None = None
+    clip: tuple[float, float] | None = None
     # derived: the kernels' stratified layout
     rows: NDArray[np.int64] = field(init=False, repr=False)
     cols: NDArray[np.int64] = field(init=False, repr=False)
@@ -138,15 +183,38 @@ class MatrixFactorizationProblem:
         object.__setattr__(self, "l2", check_nonneg(self.l2, "l2"))
         if self.scaling not in ("mean", "sum"):
             raise InvalidParameterError("scaling: must be 'mean' (1/(2|Ω|) Σ r², default) or 'sum' (Σ r²)")
+        if not isinstance(self.bias, bool | np.bool_):
+            raise InvalidParameterError("bias: expected True or False")
+        object.__setattr__(self, "bias", bool(self.bias))
+        l2b = self.l2 if self.l2_bias is None else check_nonneg(self.l2_bias, "l2_bias")
+        object.__setattr__(self, "l2_bias", l2b)
         r = self.ratings
         if r.n_ratings == 0:
             raise InvalidParameterError("ratings: contains no ratings")
-        if not np.all(np.isfinite(r.values)):
+        vals = np.asarray(r.values)
+        if not np.all(np.isfinite(vals)):
             raise InvalidParameterError("ratings: values contain NaN or infinite entries")
+        if self.offset is None:
+            mu = float(np.mean(vals, dtype=np.float64)) if self.bias else 0.0
+        else:
+            mu = float(self.offset)
+            if not math.isfinite(mu):
+                raise InvalidParameterError("offset: must be a finite number or None")
+        object.__setattr__(self, "offset", mu)
+        if self.clip is not None:
+            try:
+                lo, hi = (float(v) for v in self.clip)
+            except (TypeError, ValueError):
+                raise InvalidParameterError("clip: expected a pair (low, high) or None") from None
+            if not (lo < hi):
+                raise InvalidParameterError("clip: expected low < high")
+            object.__setattr__(self, "clip", (lo, hi))
         n_rows, n_cols = r.shape
+        row_counts = np.bincount(r.rows, minlength=n_rows)
+        col_counts = np.bincount(r.cols, minlength=n_cols)
         if not self.allow_empty:
-            empty_r = int(np.count_nonzero(np.bincount(r.rows, minlength=n_rows) == 0))
-            empty_c = int(np.count_nonzero(np.bincount(r.cols, minlength=n_cols) == 0))
+            empty_r = int(np.count_nonzero(row_counts == 0))
+            empty_c = int(np.count_nonzero(col_counts == 0))
             if empty_r or empty_c:
                 raise InvalidParameterError(
                     f"ratings: {empty_r} of {n_rows} rows and {empty_c} of {n_cols} columns have no "
@@ -155,15 +223,34 @@ class MatrixFactorizationProblem:
                 )
         object.__setattr__(self, "grid", check_int(self.grid, "grid"))
         k = _kernels()
-        row_cuts = k.balanced_cuts(np.bincount(r.rows, minlength=n_rows), self.grid)
-        col_cuts = k.balanced_cuts(np.bincount(r.cols, minlength=n_cols), self.grid)
+        row_cuts = k.balanced_cuts(row_counts, self.grid)
+        col_cuts = k.balanced_cuts(col_counts, self.grid)
         order, ptr = k.stratify(r.rows, r.cols, row_cuts, col_cuts)
         object.__setattr__(self, "rows", np.ascontiguousarray(r.rows[order], dtype=np.int64))
         object.__setattr__(self, "cols", np.ascontiguousarray(r.cols[order], dtype=np.int64))
-        object.__setattr__(self, "values", np.ascontiguousarray(r.values[order], dtype=np.float64))
+        values = np.ascontiguousarray(vals[order], dtype=np.float64)
+        if mu:
+            values -= mu
+        object.__setattr__(self, "values", values)
         object.__setattr__(self, "row_cuts", row_cuts)
         object.__setattr__(self, "col_cuts", col_cuts)
         object.__setattr__(self, "_ptr", ptr)
+
+    @property
+    def _reg_U(self) -> NDArray[np.float64]:
+        """Per-column ridge weights of the working row factors ``[U | p | 1]`` (biased model)."""
+        reg = np.full(self.width, self.l2)
+        if self.bias:
+            reg[self.rank], reg[self.rank + 1] = self.l2_bias, 0.0
+        return reg
+
+    @property
+    def _reg_V(self) -> NDArray[np.float64]:
+        """Per-column ridge weights of the working column factors ``[V | 1 | q]`` (biased model)."""
+        reg = np.full(self.width, self.l2)
+        if self.bias:
+            reg[self.rank], reg[self.rank + 1] = 0.0, self.l2_bias
+        return reg
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -179,6 +266,10 @@ class MatrixFactorizationProblem:
         scaling: Literal["mean", "sum"] = "mean",
         allow_empty: bool = False,
         grid: int = 4,
+        bias: bool = False,
+        l2_bias: float | None = None,
+        offset: float | None = None,
+        clip: tuple[float, float] | None = None,
     ) -> MatrixFactorizationProblem:
         """Build the problem from zero-based coordinate arrays (checked: out-of-range ids raise).
 
@@ -209,7 +300,31 @@ class MatrixFactorizationProblem:
                     "and smaller than the matrix dimensions"
                 )
         ratings = Ratings(rows=rr, cols=cc, values=vv, shape=shp, name="user")
-        return cls(ratings, rank, l2=l2, scaling=scaling, allow_empty=allow_empty, grid=grid)
+        return cls(
+            ratings, rank, l2=l2, scaling=scaling, allow_empty=allow_empty, grid=grid, bias=bias,
+            l2_bias=l2_bias, offset=offset, clip=clip,
+        )  # fmt: skip
+
+    @classmethod
+    def from_als_lambda(
+        cls,
+        ratings: Ratings,
+        rank: int,
+        lam: float,
+        *,
+        lam_bias: float | None = None,
+        scaling: Literal["mean", "sum"] = "mean",
+        **kwargs: Any,
+    ) -> MatrixFactorizationProblem:
+        """The problem whose ridge weights are given on the ALS scale ``Σ r² + λ (‖U‖² + ‖V‖²)``.
+
+        Sets ``l2 = w · lam`` and ``l2_bias = w · lam_bias`` (``w = 1/|Ω|`` for mean scaling);
+        other keywords as in the constructor.
+        """
+        lam = check_nonneg(lam, "lam")
+        w = 1.0 / ratings.n_ratings if scaling == "mean" and ratings.n_ratings else 2.0
+        lb = None if lam_bias is None else w * check_nonneg(lam_bias, "lam_bias")
+        return cls(ratings, rank, l2=w * lam, l2_bias=lb, scaling=scaling, **kwargs)
 
     # ------------------------------------------------------------------ sizes and layout
     @property
@@ -223,9 +338,14 @@ class MatrixFactorizationProblem:
         return int(self.values.shape[0])
 
     @property
+    def width(self) -> int:
+        """Columns of the working factors: ``rank + 2`` with biases, ``rank`` without."""
+        return self.rank + 2 if self.bias else self.rank
+
+    @property
     def n_params(self) -> int:
-        """Length of the flat parameter vector ``(n_rows + n_cols) * rank``."""
-        return (self.shape[0] + self.shape[1]) * self.rank
+        """Length of the flat parameter vector ``(n_rows + n_cols) * width``."""
+        return (self.shape[0] + self.shape[1]) * self.width
 
     @property
     def weight(self) -> float:
@@ -233,35 +353,28 @@ class MatrixFactorizationProblem:
         return 1.0 / self.n_ratings if self.scaling == "mean" else 2.0
 
     def unpack(self, x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Views ``(U, V)`` into the flat vector ``x`` (no copy)."""
+        """Views ``(U, V)`` of the working factors into the flat vector ``x`` (no copy)."""
         n_rows, n_cols = self.shape
         if x.shape != (self.n_params,):
             raise InvalidParameterError(f"x: expected shape ({self.n_params},), got {x.shape}")
-        cut = n_rows * self.rank
-        return x[:cut].reshape(n_rows, self.rank), x[cut:].reshape(n_cols, self.rank)
+        cut = n_rows * self.width
+        return x[:cut].reshape(n_rows, self.width), x[cut:].reshape(n_cols, self.width)
 
     def pack(self, U: Any, V: Any) -> NDArray[np.float64]:
-        """Flat vector ``[U.ravel(), V.ravel()]`` (a new array), after checking shapes."""
+        """Flat vector ``[U.ravel(), V.ravel()]`` of the working factors (a new array), after checking shapes.
+
+        With biases, plain ``rank``-column factors are accepted too (biases zero).
+        """
         U_, V_ = self._check_factors(U, V)
         return np.concatenate([U_.ravel(), V_.ravel()])
 
-    def init_factors(
-        self, *, rng: RNGLike, scale: float = 1.0
+    def augment(
+        self, U: Any, V: Any, row_bias: Any = None, col_bias: Any = None
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Random factors with i.i.d. ``N(0, scale²)`` entries (``scale = 1`` as in the reference code)."""
-        s = check_positive(scale, "scale")
-        gen = as_generator(rng)
-        n_rows, n_cols = self.shape
-        check_memory(
-            8.0 * (n_rows + n_cols) * self.rank * 2,
-            f"rank={self.rank}: the factors of a {n_rows} x {n_cols} matrix",
-            fix="use a smaller rank",
-        )
-        U = s * gen.standard_normal((n_rows, self.rank))
-        V = s * gen.standard_normal((n_cols, self.rank))
-        return U, V
+        """Working factors ``[U | p | 1]`` and ``[V | 1 | q]`` from plain factors and biases (zero if ``None``).
 
-    def _check_factors(self, U: Any, V: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        Without biases, returns the checked ``(U, V)`` and refuses non-``None`` biases.
+        """
         U_ = np.ascontiguousarray(as_float_array(U, "U", finite=False))
         V_ = np.ascontiguousarray(as_float_array(V, "V", finite=False))
         n_rows, n_cols = self.shape
@@ -270,49 +383,205 @@ class MatrixFactorizationProblem:
                 f"U, V: expected shapes ({n_rows}, {self.rank}) and ({n_cols}, {self.rank}), "
                 f"got {U_.shape} and {V_.shape}"
             )
+        if not self.bias:
+            if row_bias is not None or col_bias is not None:
+                raise InvalidParameterError("row_bias, col_bias: this problem has no biases (bias=False)")
+            return U_, V_
+        p = np.zeros(n_rows) if row_bias is None else as_float_array(row_bias, "row_bias", ndim=1)
+        q = np.zeros(n_cols) if col_bias is None else as_float_array(col_bias, "col_bias", ndim=1)
+        if p.shape != (n_rows,) or q.shape != (n_cols,):
+            raise InvalidParameterError(
+                f"row_bias, col_bias: expected lengths {n_rows} and {n_cols}, got {p.shape} and {q.shape}"
+            )
+        Uw = np.empty((n_rows, self.width))
+        Vw = np.empty((n_cols, self.width))
+        Uw[:, : self.rank], Uw[:, self.rank], Uw[:, self.rank + 1] = U_, p, 1.0
+        Vw[:, : self.rank], Vw[:, self.rank], Vw[:, self.rank + 1] = V_, 1.0, q
+        return Uw, Vw
+
+    def split(
+        self, U: Any, V: Any
+    ) -> tuple[
+        NDArray[np.float64], NDArray[np.float64], NDArray[np.float64] | None, NDArray[np.float64] | None
+    ]:
+        """``(U, V, row_bias, col_bias)`` (copies) from working factors; biases ``None`` without ``bias``."""
+        U_, V_ = self._check_factors(U, V)
+        L = self.rank
+        if not self.bias:
+            return U_.copy(), V_.copy(), None, None
+        return U_[:, :L].copy(), V_[:, :L].copy(), U_[:, L].copy(), V_[:, L + 1].copy()
+
+    def default_init_scale(self) -> float:
+        """Standard deviation of the data-scaled initialization (:meth:`init_factors` with ``scale=None``).
+
+        ``(c · m2 / rank)^(1/4)`` with ``m2`` the mean square of the ratings minus ``offset``: the
+        initial products ``U_a·V_b`` have a root-mean-square of ``√c`` times the ratings'.  ``c = 0.01``
+        when the ratings are centred (their mean is small next to their spread, as with
+        ``bias=True``): small enough not to start far off (the seed's ``N(0, 1)`` gives products
+        of standard deviation ``√rank``) and large enough to leave the saddle point at zero
+        quickly.  ``c = 1`` for uncentred ratings, whose level the factors themselves must carry
+        (a small start there stalls near zero; fit ``bias=True`` instead).
+        """
+        v = self.values
+        n = max(v.shape[0], 1)
+        m2 = float(np.dot(v, v)) / n
+        mean = float(v.sum()) / n
+        c = 0.01 if mean * mean <= 0.1 * m2 else 1.0
+        return float((c * max(m2, 1e-12) / self.rank) ** 0.25)
+
+    def init_factors(
+        self, *, rng: RNGLike, scale: float | None = 1.0
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Random working factors: i.i.d. ``N(0, scale²)`` factor entries, zero biases.
+
+        ``scale = 1`` is the reference code's; ``None`` uses :meth:`default_init_scale`.
+        """
+        s = self.default_init_scale() if scale is None else check_positive(scale, "scale")
+        gen = as_generator(rng)
+        n_rows, n_cols = self.shape
+        check_memory(
+            8.0 * (n_rows + n_cols) * self.width * 2,
+            f"rank={self.rank}: the factors of a {n_rows} x {n_cols} matrix",
+            fix="use a smaller rank",
+        )
+        U = s * gen.standard_normal((n_rows, self.rank))
+        V = s * gen.standard_normal((n_cols, self.rank))
+        if not self.bias:
+            return U, V
+        return self.augment(U, V)
+
+    def _check_factors(self, U: Any, V: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        U_ = np.ascontiguousarray(as_float_array(U, "U", finite=False))
+        V_ = np.ascontiguousarray(as_float_array(V, "V", finite=False))
+        n_rows, n_cols = self.shape
+        if self.bias and U_.shape == (n_rows, self.rank) and V_.shape == (n_cols, self.rank):
+            return self.augment(U_, V_)
+        if U_.shape != (n_rows, self.width) or V_.shape != (n_cols, self.width):
+            extra = " (or the working factors with rank + 2 columns)" if self.bias else ""
+            raise InvalidParameterError(
+                f"U, V: expected shapes ({n_rows}, {self.rank}) and ({n_cols}, {self.rank}){extra}, "
+                f"got {U_.shape} and {V_.shape}"
+            )
         return U_, V_
 
     # ------------------------------------------------------------------ evaluation
+    def _layout_of(
+        self, ratings: Ratings
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]:
+        if not isinstance(ratings, Ratings) or ratings.shape != self.shape:
+            raise InvalidParameterError(
+                f"ratings: expected a Ratings of shape {self.shape} (same users and items)"
+            )
+        rows = np.ascontiguousarray(ratings.rows, dtype=np.int64)
+        cols = np.ascontiguousarray(ratings.cols, dtype=np.int64)
+        vals = np.ascontiguousarray(ratings.values, dtype=np.float64)
+        if self.offset:
+            vals = vals - self.offset
+        ptr = np.linspace(0, rows.shape[0], _N_CHUNKS + 1).round().astype(np.int64)
+        return rows, cols, vals, ptr
+
+    def evaluator(self, ratings: Ratings) -> Any:
+        """A function ``(U, V) -> RMSE`` over ``ratings`` (working factors; clipped if ``clip``).
+
+        Converts and centres the ratings once, for repeated evaluation (held-out RMSE every epoch).
+        """
+        rows, cols, vals, ptr = self._layout_of(ratings)
+        n = rows.shape[0]
+        if n == 0:
+            raise InvalidParameterError("ratings: contains no ratings")
+        k = _kernels()
+        out = np.zeros(ptr.shape[0] - 1)
+        clip = self.clip
+        mu = float(self.offset or 0.0)
+
+        def rmse(U: NDArray[np.float64], V: NDArray[np.float64]) -> float:
+            if clip is None:
+                k.sse_chunks(U, V, rows, cols, vals, ptr, out)
+            else:
+                k.sse_chunks_clipped(U, V, rows, cols, vals, ptr, clip[0] - mu, clip[1] - mu, out)
+            return math.sqrt(float(out.sum()) / n)
+
+        return rmse
+
     def sse(self, U: Any, V: Any, ratings: Ratings | None = None) -> float:
-        """Sum of squared residuals over ``ratings`` (default: the training ratings)."""
+        """Sum of squared residuals over ``ratings`` (default: the training ratings; unclipped)."""
         U_, V_ = self._check_factors(U, V)
         k = _kernels()
         if ratings is None:
             rows, cols, vals, ptr = self.rows, self.cols, self.values, self._ptr
         else:
-            if not isinstance(ratings, Ratings) or ratings.shape != self.shape:
-                raise InvalidParameterError(
-                    f"ratings: expected a Ratings of shape {self.shape} (same users and items)"
-                )
-            rows = np.ascontiguousarray(ratings.rows, dtype=np.int64)
-            cols = np.ascontiguousarray(ratings.cols, dtype=np.int64)
-            vals = np.ascontiguousarray(ratings.values, dtype=np.float64)
-            ptr = np.linspace(0, rows.shape[0], _N_CHUNKS + 1).round().astype(np.int64)
+            rows, cols, vals, ptr = self._layout_of(ratings)
         out = np.zeros(ptr.shape[0] - 1)
         k.sse_chunks(U_, V_, rows, cols, vals, ptr, out)
         return float(out.sum())
 
     def rmse(self, U: Any, V: Any, ratings: Ratings | None = None) -> float:
-        """Root-mean-square error over ``ratings`` (default: training RMSE, as in the thesis)."""
+        """Root-mean-square error over ``ratings`` (default: training RMSE, as in the thesis).
+
+        Held-out ratings use clipped predictions when ``clip`` is set.
+        """
         n = self.n_ratings if ratings is None else ratings.n_ratings
         if n == 0:
             raise InvalidParameterError("ratings: contains no ratings")
+        if ratings is not None and self.clip is not None:
+            U_, V_ = self._check_factors(U, V)
+            return float(self.evaluator(ratings)(U_, V_))
         return math.sqrt(self.sse(U, V, ratings) / n)
 
-    def loss(self, U: Any, V: Any) -> float:
-        """Objective value ``f(U, V)``."""
+    def predict(self, U: Any, V: Any, rows: Any, cols: Any) -> NDArray[np.float64]:
+        """Predictions ``μ + p_a + q_b + U_a·V_b`` for index pairs (clipped if ``clip``)."""
         U_, V_ = self._check_factors(U, V)
-        val = 0.5 * self.weight * self.sse(U_, V_)
+        rr = _check_index_array(rows, "rows")
+        cc = _check_index_array(cols, "cols")
+        if rr.shape != cc.shape:
+            raise InvalidParameterError("rows, cols: expected arrays of the same length")
+        n_rows, n_cols = self.shape
+        if rr.size and (rr.min() < 0 or rr.max() >= n_rows or cc.min() < 0 or cc.max() >= n_cols):
+            raise InvalidParameterError(f"rows, cols: indices must lie inside shape {self.shape}")
+        out = np.empty(rr.shape[0])
+        _kernels().predict_into(U_, V_, rr, cc, out)
+        out += self.offset or 0.0
+        if self.clip is not None:
+            np.clip(out, self.clip[0], self.clip[1], out=out)
+        return out
+
+    def regularize(
+        self, gU: NDArray[np.float64], gV: NDArray[np.float64], U: Any, V: Any, share: float = 1.0
+    ) -> None:
+        """Add ``share`` times the ridge gradient to ``(gU, gV)`` in place (zeroing the fixed columns)."""
+        k = _kernels()
+        if self.bias:
+            L = self.rank
+            k.regularize(gU, U, share * self._reg_U, L + 1)
+            k.regularize(gV, V, share * self._reg_V, L)
+        elif self.l2:
+            gU += share * self.l2 * U
+            gV += share * self.l2 * V
+
+    def loss(self, U: Any, V: Any) -> float:
+        """Objective value ``f`` (see the module docstring)."""
+        U_, V_ = self._check_factors(U, V)
+        return 0.5 * self.weight * self.sse(U_, V_) + self.ridge(U_, V_)
+
+    def ridge(self, U: Any, V: Any) -> float:
+        """The ridge part of the objective, ``(λ/2)(‖U‖² + ‖V‖²) + (λ_b/2)(‖p‖² + ‖q‖²)``."""
+        U_, V_ = self._check_factors(U, V)
+        if self.bias:
+            return 0.5 * float(
+                np.einsum("ij,ij,j->", U_, U_, self._reg_U) + np.einsum("ij,ij,j->", V_, V_, self._reg_V)
+            )
         if self.l2:
-            val += 0.5 * self.l2 * (float(np.vdot(U_, U_)) + float(np.vdot(V_, V_)))
-        return val
+            return 0.5 * self.l2 * (float(np.vdot(U_, U_)) + float(np.vdot(V_, V_)))
+        return 0.0
 
     def gradient(
         self, U: Any, V: Any, *, n_threads: int = 1
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Full gradient ``(∂f/∂U, ∂f/∂V)`` (compiled; strata in sequence, blocks on ``n_threads`` threads).
+        """Full gradient ``(∂f/∂U, ∂f/∂V)`` of the working factors (compiled; strata in sequence,
+        blocks on ``n_threads`` threads).
 
-        The result is bit-for-bit the same for every ``n_threads``.
+        The result is bit-for-bit the same for every ``n_threads``.  The columns of ones of the
+        biased model get a zero gradient.
         """
         U_, V_ = self._check_factors(U, V)
         check_int(n_threads, "n_threads")
@@ -322,9 +591,7 @@ class MatrixFactorizationProblem:
         sse = np.zeros(self._ptr.shape[0] - 1)
         with k.BlockRunner(n_threads) as run:
             run(U_, V_, self.rows, self.cols, self.values, self._ptr, self.grid, self.weight, gU, gV, sse)
-        if self.l2:
-            gU += self.l2 * U_
-            gV += self.l2 * V_
+        self.regularize(gU, gV, U_, V_)
         return gU, gV
 
 

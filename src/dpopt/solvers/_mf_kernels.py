@@ -34,7 +34,10 @@ __all__ = [
     "gradient_block",
     "lbfgs_apply",
     "pair_products",
+    "predict_into",
+    "regularize",
     "sse_chunks",
+    "sse_chunks_clipped",
     "strata_gradient",
     "strata_gradient_serial",
     "stratify",
@@ -118,6 +121,48 @@ def sse_chunks(U, V, rows, cols, vals, ptr, out):  # pragma: no cover
         out[c] = s
 
 
+@njit(parallel=True, **_OPTS)
+def sse_chunks_clipped(U, V, rows, cols, vals, ptr, lo, hi, out):  # pragma: no cover
+    """:func:`sse_chunks` with every prediction clipped to ``[lo, hi]`` first."""
+    rank = U.shape[1]
+    for c in prange(ptr.shape[0] - 1):
+        s = 0.0
+        for e in range(ptr[c], ptr[c + 1]):
+            p = vals[e] - _residual(U, V, rows[e], cols[e], vals[e], rank)
+            p = min(max(p, lo), hi)
+            res = vals[e] - p
+            s += res * res
+        out[c] = s
+
+
+@njit(**_OPTS)
+def predict_into(U, V, rows, cols, out):  # pragma: no cover - compiled
+    """``out[e] = U[rows[e]] . V[cols[e]]``."""
+    rank = U.shape[1]
+    for e in range(rows.shape[0]):
+        s = 0.0
+        a = rows[e]
+        b = cols[e]
+        for k in range(rank):
+            s += U[a, k] * V[b, k]
+        out[e] = s
+
+
+@njit(**_OPTS)
+def regularize(G, X, coef, fixed):  # pragma: no cover - compiled
+    """``G[:, k] += coef[k] * X[:, k]`` for every column, then ``G[:, fixed] = 0`` (``fixed < 0``: none).
+
+    The ridge term of the biased model: ``coef`` holds the factor weight, the bias weight and 0 for
+    the constant column of ones, whose gradient is zeroed so that it never moves.
+    """
+    n, w = G.shape
+    for a in range(n):
+        for k in range(w):
+            G[a, k] += coef[k] * X[a, k]
+        if fixed >= 0:
+            G[a, fixed] = 0.0
+
+
 @njit(**_OPTS)
 def _seg_dot(a, b):  # pragma: no cover - compiled
     s = 0.0
@@ -193,6 +238,9 @@ def warmup() -> None:
     strata_gradient_serial(U, V, i, i, y, ptr, 1, 1.0, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(1))
     gradient_block(U, V, i, i, y, 0, 2, 1.0, np.zeros((2, 2)), np.zeros((2, 2)))
     sse_chunks(U, V, i, i, y, ptr, np.zeros(1))
+    sse_chunks_clipped(U, V, i, i, y, ptr, 0.0, 1.0, np.zeros(1))
+    predict_into(U, V, i, i, np.zeros(2))
+    regularize(np.zeros((2, 2)), U, np.ones(2), -1)
     A = np.ones((2, 3))
     chunked_matvec(A, np.ones(3), 8192, np.zeros((1, 2)))
     lbfgs_apply(np.ones(3), np.ones(3), A, np.ones(2), 1.0, 1.0)

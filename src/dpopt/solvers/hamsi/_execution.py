@@ -40,6 +40,7 @@ class _Subset:
     ptr: NDArray[np.int64]  # block pointers, stratum by stratum
     n_strata: int
     reg: float  # share of the l2 term
+    share: float  # share of the ratings (scales the ridge term of the biased model)
     sse: Float
     parallel: bool
 
@@ -53,6 +54,17 @@ def _plan(problem: MatrixFactorizationProblem, part: Partition, n_threads: int) 
     rt = problem.ratings
     out = []
     n = problem.n_ratings
+    mu = float(problem.offset or 0.0)
+    if part.n_subsets == 1 and part.scheme == "full":
+        # the single-subset cover is the problem's own stratified layout: no second copy
+        return [
+            _Subset(
+                rows=problem.rows, cols=problem.cols, vals=problem.values, ptr=problem._ptr,
+                n_strata=problem.grid, reg=problem.l2, share=1.0,
+                sse=np.zeros(problem._ptr.shape[0] - 1),
+                parallel=n_threads > 1 and n * problem.width >= _PARALLEL_WORK,
+            )
+        ]  # fmt: skip
     for blocks in part.blocks:
         idx = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
         if part.disjoint_blocks and len(blocks) >= 2:
@@ -62,23 +74,36 @@ def _plan(problem: MatrixFactorizationProblem, part: Partition, n_threads: int) 
             order, ptr = _k.stratify(rt.rows[idx], rt.cols[idx], problem.row_cuts, problem.col_cuts)
             idx = idx[order]
             n_strata = problem.grid
+        vals = np.ascontiguousarray(rt.values[idx], dtype=np.float64)
+        if mu:
+            vals -= mu
         out.append(
             _Subset(
                 rows=np.ascontiguousarray(rt.rows[idx], dtype=np.int64),
                 cols=np.ascontiguousarray(rt.cols[idx], dtype=np.int64),
-                vals=np.ascontiguousarray(rt.values[idx], dtype=np.float64),
+                vals=vals,
                 ptr=ptr,
                 n_strata=n_strata,
                 reg=problem.l2 * idx.shape[0] / n,
+                share=idx.shape[0] / n,
                 sse=np.zeros(max(ptr.shape[0] - 1, 1)),
-                parallel=n_threads > 1 and idx.shape[0] * problem.rank >= _PARALLEL_WORK,
+                parallel=n_threads > 1 and idx.shape[0] * problem.width >= _PARALLEL_WORK,
             )
         )
     return out
 
 
 def _subset_gradient(
-    run: _k.BlockRunner, sub: _Subset, U: Float, V: Float, x: Float, g: Float, gU: Float, gV: Float, w: float
+    run: _k.BlockRunner,
+    sub: _Subset,
+    U: Float,
+    V: Float,
+    x: Float,
+    g: Float,
+    gU: Float,
+    gV: Float,
+    w: float,
+    problem: MatrixFactorizationProblem,
 ) -> float:
     g.fill(0.0)
     if sub.rows.shape[0]:
@@ -97,7 +122,9 @@ def _subset_gradient(
             sub.sse,
             parallel=sub.parallel,
         )
-    if sub.reg:
+    if problem.bias:
+        problem.regularize(gU, gV, U, V, sub.share)  # ridge terms; the columns of ones stay fixed
+    elif sub.reg:
         g += sub.reg * x
     return float(sub.sse.sum())
 
@@ -127,6 +154,25 @@ def _resolve_partition(
 _DIVERGED = "diverged (non-finite values); the factors are the best evaluated iterate"
 
 
+def _initial_point(
+    problem: MatrixFactorizationProblem, init: Any, init_scale: float | None, rng: np.random.Generator
+) -> Float:
+    """Flat working vector of the initial factors: ``init`` (plain or working factors) or random."""
+    if init is None:
+        U0, V0 = problem.init_factors(rng=rng, scale=init_scale)
+        x = problem.pack(U0, V0)
+    else:
+        if not isinstance(init, tuple | list) or len(init) not in (2, 4):
+            raise InvalidParameterError("init: expected (U0, V0), (U0, V0, row_bias, col_bias) or None")
+        if len(init) == 4:
+            x = problem.pack(*problem.augment(*init))
+        else:
+            x = problem.pack(init[0], init[1])
+    if not np.all(np.isfinite(x)):
+        raise InvalidParameterError("init: contains NaN or infinite entries")
+    return x
+
+
 def _run(
     problem: MatrixFactorizationProblem,
     partition: Partition | str | None,
@@ -152,11 +198,15 @@ def _run(
     backend: str,
     n_subsets: int,
     init: tuple[Any, Any] | None,
-    init_scale: float,
+    init_scale: float | None,
     test: Ratings | None,
     eval_every: int,
     rng: RNGLike,
     callback: Callback | None = None,
+    tol: float = 0.0,
+    patience: int | None = None,
+    early_stopping: bool = False,
+    train_rmse: str = "exact",
 ) -> HamsiResult:
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
@@ -181,9 +231,20 @@ def _run(
     n_threads = check_int(n_threads, "n_threads")
     n_subsets = check_int(n_subsets, "n_subsets")
     eval_every = check_int(eval_every, "eval_every")
+    tol = check_nonneg(tol, "tol")
+    if patience is not None:
+        patience = check_int(patience, "patience")
+    if train_rmse not in ("exact", "running"):
+        raise InvalidParameterError(
+            "train_rmse: must be 'exact' (one pass over the training ratings per evaluation) or "
+            "'running' (the mean of the epoch's subset losses, free)"
+        )
+    if early_stopping and test is None:
+        raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
+    t_setup = time.perf_counter()
     # factors, gradients and working copies (~8 vectors of (n_rows + n_cols) * rank float64) plus the
     # 2 * memory L-BFGS pairs: refuse before allocating them
-    n_params = float(problem.shape[0] + problem.shape[1]) * problem.rank
+    n_params = float(problem.shape[0] + problem.shape[1]) * problem.width
     check_memory(
         8.0 * n_params * (8 + (2 * memory if method == "hamsi" else 0)),
         f"rank={problem.rank} on a {problem.shape[0]} x {problem.shape[1]} matrix ({method}, memory={memory})",
@@ -197,13 +258,7 @@ def _run(
 
     part = _resolve_partition(problem, partition, n_subsets, n_threads, r_part)
     K = part.n_subsets
-    if init is None:
-        U0, V0 = problem.init_factors(rng=r_init, scale=init_scale)
-    else:
-        if not isinstance(init, tuple | list) or len(init) != 2:
-            raise InvalidParameterError("init: expected a pair (U0, V0) or None")
-        U0, V0 = init
-    x = problem.pack(U0, V0)
+    x = _initial_point(problem, init, init_scale, r_init)
     if not np.all(np.isfinite(x)):
         raise InvalidParameterError("init: contains NaN or infinite entries")
     U, V = problem.unpack(x)
@@ -228,26 +283,63 @@ def _run(
     hist_r: list[float] = []
     hist_te: list[float] = []
     elapsed = 0.0
+    eval_time = 0.0
 
     if backend not in ("threads", "numba"):
         raise InvalidParameterError("backend: must be 'threads' (thread pool, default) or 'numba' (prange)")
     with _k.thread_count(n_threads) as used_threads, _k.BlockRunner(used_threads, backend) as run:
         subsets = _plan(problem, part, used_threads)
         _k.warmup()  # load/compile kernels before the clock starts
+        held_out = problem.evaluator(test) if test is not None else None
 
         best_rmse = [math.inf]  # best evaluated training RMSE and its iterate
         best_x = x.copy()
+        # convergence / early stopping: the monitored value (validation RMSE with early stopping,
+        # training RMSE otherwise), its best value, the iterate there, evaluations since improvement
+        mon_best = [math.inf]
+        mon_x = x.copy() if early_stopping else None
+        since = [0]
+        restarts_seen = [0]
+        running = [0.0, 0]  # sum of the subset SSEs seen since the last evaluation, ratings counted
 
         def evaluate(epoch: int) -> None:
+            nonlocal eval_time
+            t_ev = time.perf_counter()
             hist_t.append(elapsed)
             hist_e.append(epoch)
-            hist_r.append(problem.rmse(U, V))
-            if test is not None:
-                hist_te.append(problem.rmse(U, V, test))
+            if train_rmse == "running" and running[1] > 0:
+                hist_r.append(math.sqrt(running[0] / running[1]))
+            else:
+                hist_r.append(problem.rmse(U, V))
+            running[0], running[1] = 0.0, 0
+            if held_out is not None:
+                hist_te.append(held_out(U, V))
             if hist_r[-1] < best_rmse[0]:
                 best_rmse[0] = hist_r[-1]
                 best_x[:] = x
+            # monitored: validation RMSE, or the training objective (its data part from the RMSE)
+            value = (
+                hist_te[-1]
+                if early_stopping
+                else 0.5 * problem.weight * hist_r[-1] ** 2 * problem.n_ratings + problem.ridge(U, V)
+            )
+            if (
+                value < mon_best[0] * (1.0 - tol)
+                or not math.isfinite(mon_best[0])
+                or restarts_seen[0] != n_restarts
+            ):
+                since[0] = 0  # progress (epochs with a safeguard restart do not count as stalled)
+                restarts_seen[0] = n_restarts
+            else:
+                since[0] += 1
+            if value < mon_best[0]:
+                mon_best[0] = value
+                if mon_x is not None:
+                    mon_x[:] = x
+            eval_time += time.perf_counter() - t_ev
 
+        setup_time = time.perf_counter() - t_setup
+        n_restarts = 0
         evaluate(0)
         orders = subset_schedule(
             K,
@@ -262,8 +354,10 @@ def _run(
         ref_x = ref_g = None
         safe_x: Float | None = None  # start of the current outer iteration (checked)
         qn_since_safe = False
+        gd_since_safe = False
+        gd_scale = 1.0  # shrinks when warm-up gradient steps alone increased a subset's loss
+        qn_scale = 1.0  # shrinks when quasi-Newton steps increased it
         prev_sse = np.full(K, math.inf)  # loss of each subset at its previous visit
-        n_restarts = 0
         stop = False
         while epoch < max_epochs and not stop:
             order = next(orders)
@@ -272,10 +366,17 @@ def _run(
                 t0 = time.perf_counter()
                 steps += 1
                 counter = steps if beta_counter == "inner" else t_outer
-                sse = _subset_gradient(run, subsets[k], U, V, x, g, gU, gV, w)
+                sse = _subset_gradient(run, subsets[k], U, V, x, g, gU, gV, w, problem)
                 t1 = time.perf_counter()
+                running[0] += sse
+                running[1] += subsets[k].rows.shape[0]
                 bad = not math.isfinite(sse) or not np.isfinite(g).all()
-                guarded = safeguard and lbfgs is not None and safe_x is not None and qn_since_safe
+                guarded = (
+                    safeguard
+                    and lbfgs is not None
+                    and safe_x is not None
+                    and (qn_since_safe or gd_since_safe)
+                )
                 if bad and not guarded:
                     status, message = "failed", _DIVERGED
                     x[:] = best_x
@@ -292,7 +393,13 @@ def _run(
                         lbfgs.reset()
                         n_restarts += 1
                         prev_sse[:] = math.inf
-                        qn_since_safe = False
+                        if not qn_since_safe:
+                            # gradient steps alone overshot: their schedule does not fit the
+                            # curvature of this problem (e.g. few ratings per row): shorten them
+                            gd_scale *= 0.25
+                        else:
+                            qn_scale *= 0.5  # and quasi-Newton steps that overshot take shorter steps
+                        qn_since_safe = gd_since_safe = False
                         ref_x = ref_g = None
                         skip = True
                     else:
@@ -301,10 +408,10 @@ def _run(
                             if ref_x is not None and ref_g is not None:
                                 lbfgs.push(x - ref_x, g - ref_g)
                             ref_x, ref_g = x.copy(), g.copy()
-                            safe_x, qn_since_safe = ref_x, False
+                            safe_x, qn_since_safe, gd_since_safe = ref_x, False, False
                         elif ell == 0:
                             ref_x, ref_g = x.copy(), g.copy()
-                            safe_x, qn_since_safe = ref_x, False
+                            safe_x, qn_since_safe, gd_since_safe = ref_x, False, False
                         elif ell == len(order) - 1 and ref_x is not None and ref_g is not None:
                             lbfgs.push(x - ref_x, g - ref_g)
                 if skip:
@@ -320,12 +427,13 @@ def _run(
                 if lbfgs is not None and lbfgs.full:
                     beta = max(beta_floor, (eta * counter) ** gamma)
                     coefs = lbfgs.coefficients(g)
-                    _k.lbfgs_apply(x, g, lbfgs.A, coefs, lbfgs.sigma, 1.0 / beta)
+                    _k.lbfgs_apply(x, g, lbfgs.A, coefs, lbfgs.sigma, qn_scale / beta)
                     qn_since_safe = True
                 else:
                     e_, g_ = (eta_gd, gamma_gd) if method == "hamsi" else (eta, gamma)
                     beta = max(gd_floor, (e_ * counter) ** g_)
-                    x -= g * (1.0 / beta)
+                    x -= g * (gd_scale / beta)
+                    gd_since_safe = True
                 t3 = time.perf_counter()
                 timings["gradient"] += t1 - t0
                 timings["hessian"] += t2 - t1
@@ -341,14 +449,28 @@ def _run(
                     status, message = "failed", _DIVERGED
                     stop = True
                     x[:] = best_x
+                if status == "failed":
+                    running[1] = 0  # evaluate the handed-back iterate exactly
                 evaluate(epoch)
                 if status == "failed" and hist_r[-1] > best_rmse[0]:
                     x[:] = best_x  # finite but exploded: also hand back the best iterate
+                    running[1] = 0
                     evaluate(epoch)
+                if not stop and patience is not None and since[0] >= patience:
+                    status, stop = "converged", True
+                    what = "validation RMSE" if early_stopping else "training objective"
+                    message = (
+                        f"{method}: converged after {epoch} epochs ({what} improved by less than "
+                        f"tol={tol:g} (relative) in {patience} evaluations)"
+                    )
             if not stop and notify(callback, epoch, rmse=hist_r[-1], elapsed=elapsed):
                 status, stop = "stopped", True
                 if hist_e[-1] != epoch:
                     evaluate(epoch)
+        if mon_x is not None and status != "failed" and hist_te and hist_te[-1] > mon_best[0]:
+            x[:] = mon_x  # early stopping hands back the best-validation factors
+            running[1] = 0
+            evaluate(epoch)
 
     options = {
         "eta": eta, "gamma": gamma, "eta_gd": eta_gd, "gamma_gd": gamma_gd, "memory": memory,
@@ -357,9 +479,10 @@ def _run(
         "restart_growth": restart_growth, "l2": problem.l2,
         "scaling": problem.scaling, "rank": problem.rank, "n_subsets": K,
     }  # fmt: skip
+    U_out, V_out, row_bias, col_bias = problem.split(U, V)
     return HamsiResult(
-        U=U.copy(),
-        V=V.copy(),
+        U=U_out,
+        V=V_out,
         method=method,
         scheme=part.scheme,
         schedule=schedule,
@@ -378,4 +501,9 @@ def _run(
         partition_balance=MappingProxyType(part.balance()),
         options=MappingProxyType(options),
         message=message or f"{method}: {epoch} epochs ({status})",
+        row_bias=row_bias,
+        col_bias=col_bias,
+        offset=float(problem.offset or 0.0),
+        setup_time=setup_time,
+        eval_time=eval_time,
     )

@@ -40,12 +40,35 @@ _COMMON_DOC = """
         scheduling (robust on shared machines), or numba ``prange`` (OpenMP).  Same results.
     n_subsets : int, default 20
         ``K`` when ``partition`` is a HOGWILD/COLOR/COLOR-B scheme name.
-    init : (U0, V0) or None
-        Initial factors; default i.i.d. ``N(0, init_scale²)`` drawn from ``rng``.
+    init : (U0, V0), (U0, V0, row_bias, col_bias) or None
+        Initial factors (plain or working factors, see :mod:`dpopt.matrix_factorization`);
+        default i.i.d. ``N(0, init_scale²)`` factors drawn from ``rng`` and zero biases.
+    init_scale : float or None, default 1.0
+        Standard deviation of the random initial factors; ``None`` scales it to the data
+        (:meth:`~dpopt.matrix_factorization.MatrixFactorizationProblem.default_init_scale`;
+        recommended, and what :class:`dpopt.recommender.MFRecommender` uses).  ``1.0`` is the
+        reference code's choice.
     test : Ratings or None
-        Held-out ratings (same shape) whose RMSE is recorded at every evaluation.
+        Held-out ratings (same shape) whose RMSE is recorded at every evaluation (predictions
+        clipped when the problem has ``clip``).  Pass a *validation* split here for early stopping.
     eval_every : int, default 1
         Evaluate the RMSE every ``eval_every`` outer iterations (and at the end).
+    tol : float, default 0.0
+        Relative improvement below which an evaluation counts as no progress: the monitored value
+        (validation RMSE with ``early_stopping``, otherwise the training objective, its data term
+        taken from the evaluation's training RMSE) must fall below ``(1 - tol) x`` its best
+        value so far.
+    patience : int or None, default None
+        Stop (status ``"converged"``) after this many evaluations without progress; ``None``
+        never stops for that reason (the seed's behaviour: run to ``max_iter``/``time_budget``).
+    early_stopping : bool, default False
+        Monitor the RMSE on ``test`` (a validation split) instead of the training RMSE, and hand
+        back the factors of the best validation RMSE seen (the history then ends with them).
+    train_rmse : {"exact", "running"}, default "exact"
+        Training RMSE of an evaluation: one pass over the training ratings at the current point,
+        or, for free, the root-mean of the subset losses met since the previous evaluation
+        (each measured at the point where its gradient was taken; lags the iterate by up to one
+        epoch).  ``"running"`` keeps evaluations from costing a share of the run.
     rng : int, Generator, "secure" or None
         Initialization, stochastic schedules and randomized partitions (child streams keyed
         ``"init"``, ``"schedule"``, ``"partition"``).
@@ -79,13 +102,17 @@ def hamsi(
     n_threads: int = 1,
     backend: Literal["threads", "numba"] = "threads",
     n_subsets: int = 20,
-    init: tuple[Any, Any] | None = None,
-    init_scale: float = 1.0,
+    init: tuple[Any, ...] | None = None,
+    init_scale: float | None = 1.0,
     test: Ratings | None = None,
     eval_every: int = 1,
     rng: RNGLike,
     callback: Callback | None = None,
     max_epochs: int | None = None,
+    tol: float = 0.0,
+    patience: int | None = None,
+    early_stopping: bool = False,
+    train_rmse: Literal["exact", "running"] = "exact",
 ) -> HamsiResult:
     """HAMSI with compact L-BFGS updates (thesis Algorithm 3, spec H3).
 
@@ -144,7 +171,8 @@ def hamsi(
         curvature=curvature, curvature_tol=curvature_tol, safeguard=safeguard, restart_growth=restart_growth,
         max_epochs=_max_iter(max_iter, max_epochs), time_budget=time_budget, callback=callback,
         n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
-        eval_every=eval_every, rng=rng,
+        eval_every=eval_every, rng=rng, tol=tol, patience=patience, early_stopping=early_stopping,
+        train_rmse=train_rmse,
     )  # fmt: skip
 
 
@@ -165,13 +193,17 @@ def mbgd(
     n_threads: int = 1,
     backend: Literal["threads", "numba"] = "threads",
     n_subsets: int = 20,
-    init: tuple[Any, Any] | None = None,
-    init_scale: float = 1.0,
+    init: tuple[Any, ...] | None = None,
+    init_scale: float | None = 1.0,
     test: Ratings | None = None,
     eval_every: int = 1,
     rng: RNGLike,
     callback: Callback | None = None,
     max_epochs: int | None = None,
+    tol: float = 0.0,
+    patience: int | None = None,
+    early_stopping: bool = False,
+    train_rmse: Literal["exact", "running"] = "exact",
 ) -> HamsiResult:
     """Mini-batch gradient descent over the subsets of a cover (the thesis's mb-GD baseline).
 
@@ -198,7 +230,8 @@ def mbgd(
         curvature="relative", curvature_tol=None, safeguard=False, restart_growth=2.0,
         max_epochs=_max_iter(max_iter, max_epochs), time_budget=time_budget, callback=callback,
         n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
-        eval_every=eval_every, rng=rng,
+        eval_every=eval_every, rng=rng, tol=tol, patience=patience, early_stopping=early_stopping,
+        train_rmse=train_rmse,
     )  # fmt: skip
 
 

@@ -45,6 +45,9 @@ class _ShardSpec:
     weight: float
     steps: tuple[tuple[int, int, int, bool, bool], ...]  # (epoch, step, stratum, first, closing)
     options: dict[str, Any]
+    share: tuple[float, ...] = ()  # share of the ratings per stratum (ridge of the biased model)
+    reg_U: Float | None = None  # per-column ridge weights of the biased model (None: plain model)
+    reg_V: Float | None = None
 
 
 class _HamsiShard:
@@ -100,7 +103,13 @@ class _HamsiShard:
         if phase == 1:
             gVr = np.asarray(inputs[(r - k) % P], dtype=np.float64)
             self.g = np.concatenate([self.gU.ravel(), gVr])
-            if sp.reg[k]:
+            if sp.reg_U is not None and sp.reg_V is not None:
+                L = sp.rank - 2  # working width = rank + 2: [U | p | 1] and [V | 1 | q]
+                gU_, gV_ = self.g[: self.nU].reshape(-1, sp.rank), self.g[self.nU :].reshape(-1, sp.rank)
+                xU, xV = self.x[: self.nU].reshape(-1, sp.rank), self.x[self.nU :].reshape(-1, sp.rank)
+                _k.regularize(gU_, xU, sp.share[k] * sp.reg_U, L + 1)
+                _k.regularize(gV_, xV, sp.share[k] * sp.reg_V, L)
+            elif sp.reg[k]:
                 self.g += sp.reg[k] * self.x
             out = np.zeros(3 + 3 * m + 2 * m + 2)
             self.pair = None
@@ -169,8 +178,8 @@ def hamsi_distributed(
     curvature: Literal["relative", "reference", "thesis"] = "relative",
     curvature_tol: float | None = None,
     max_iter: int | None = None,
-    init: tuple[Any, Any] | None = None,
-    init_scale: float = 1.0,
+    init: tuple[Any, ...] | None = None,
+    init_scale: float | None = 1.0,
     test: Ratings | None = None,
     rng: RNGLike,
     callback: Callback | None = None,
@@ -219,11 +228,11 @@ def hamsi_distributed(
     part = strata_b(problem.ratings, P)
     assert part.row_cuts is not None and part.col_cuts is not None
     rc, cc = part.row_cuts, part.col_cuts
-    if init is None:
-        U0, V0 = problem.init_factors(rng=r_init, scale=init_scale)
-    else:
-        U0, V0 = problem._check_factors(*init)
+    from dpopt.solvers.hamsi._execution import _initial_point
+
+    U0, V0 = (a.copy() for a in problem.unpack(_initial_point(problem, init, init_scale, r_init)))
     rt = problem.ratings
+    mu = float(problem.offset or 0.0)
     orders = subset_schedule(P, schedule, repeat_first=P > 1, rng=r_sched)
     steps: list[tuple[int, int, int, bool, bool]] = []
     n_steps = 0
@@ -235,7 +244,8 @@ def hamsi_distributed(
             steps.append((epoch, n_steps, k, first, closing))
             n_steps += 1
     n = problem.n_ratings
-    reg = tuple(problem.l2 * float(sum(b.shape[0] for b in part.blocks[s])) / n for s in range(P))
+    share = tuple(float(sum(b.shape[0] for b in part.blocks[s])) / n for s in range(P))
+    reg = tuple(problem.l2 * sh for sh in share)
     specs = []
     for r in range(P):
         blocks = []
@@ -245,13 +255,13 @@ def hamsi_distributed(
             blocks.append((
                 np.ascontiguousarray(rt.rows[idx] - rc[r], dtype=np.int64),
                 np.ascontiguousarray(rt.cols[idx] - cc[c], dtype=np.int64),
-                np.ascontiguousarray(rt.values[idx], dtype=np.float64),
+                np.ascontiguousarray(rt.values[idx], dtype=np.float64) - mu,
             ))  # fmt: skip
         specs.append(
             _ShardSpec(
                 r=r,
                 n_shards=P,
-                rank=problem.rank,
+                rank=problem.width,
                 U0=np.ascontiguousarray(U0[rc[r] : rc[r + 1]]),
                 V0=np.ascontiguousarray(V0[cc[r] : cc[r + 1]]),
                 blocks=tuple(blocks),
@@ -259,6 +269,9 @@ def hamsi_distributed(
                 weight=problem.weight,
                 steps=tuple(steps),
                 options=dict(options),
+                share=share,
+                reg_U=problem._reg_U if problem.bias else None,
+                reg_V=problem._reg_V if problem.bias else None,
             )
         )
     eng = make_engine(engine)
@@ -272,16 +285,18 @@ def hamsi_distributed(
     elapsed = 0.0
     U = U0.copy()
     V = V0.copy()
+    held_out = problem.evaluator(test) if test is not None else None
+    width = problem.width
 
     def gather() -> None:
         for r, xr in enumerate(eng.call("x")):
-            nU = (rc[r + 1] - rc[r]) * problem.rank
-            U[rc[r] : rc[r + 1]] = xr[:nU].reshape(-1, problem.rank)
-            V[cc[r] : cc[r + 1]] = xr[nU:].reshape(-1, problem.rank)
+            nU = (rc[r + 1] - rc[r]) * width
+            U[rc[r] : rc[r + 1]] = xr[:nU].reshape(-1, width)
+            V[cc[r] : cc[r + 1]] = xr[nU:].reshape(-1, width)
         hist_t.append(elapsed)
         hist_r.append(problem.rmse(U, V))
-        if test is not None:
-            hist_te.append(problem.rmse(U, V, test))
+        if held_out is not None:
+            hist_te.append(held_out(U, V))
 
     status, message = "max_iter", ""
     try:
@@ -312,9 +327,10 @@ def hamsi_distributed(
     finally:
         if own:
             eng.close()
+    U_out, V_out, row_bias, col_bias = problem.split(U, V)
     return HamsiResult(
-        U=U.copy(),
-        V=V.copy(),
+        U=U_out,
+        V=V_out,
         method="hamsi",
         scheme=f"strata-b/{eng.name}",
         schedule=schedule,
@@ -333,4 +349,7 @@ def hamsi_distributed(
         partition_balance=MappingProxyType(part.balance()),
         options=MappingProxyType(dict(options, n_subsets=P, engine=eng.name)),
         message=message or f"hamsi_distributed: {done_epochs} epochs ({status})",
+        row_bias=row_bias,
+        col_bias=col_bias,
+        offset=mu,
     )

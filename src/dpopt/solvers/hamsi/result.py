@@ -19,14 +19,16 @@ class HamsiResult:
     Attributes
     ----------
     U, V : ndarray
-        Final factors.
+        Final factors (``rank`` columns; without the bias columns of the biased model).
     method : {"hamsi", "mbgd"}
     scheme : str
         Partitioning scheme (``"full"`` for the single-subset cover).
     schedule : {"det", "stoc"}
     status : str
         ``"max_iter"`` (ran ``max_iter`` epochs), ``"max_time"`` (``time_budget`` reached),
-        ``"stopped"`` (the callback asked) or ``"failed"`` (diverged: non-finite values; the factors
+        ``"stopped"`` (the callback asked), ``"converged"`` (the monitored RMSE improved by less
+        than ``tol`` in ``patience`` evaluations; with ``early_stopping`` the factors are the
+        best-validation ones) or ``"failed"`` (diverged: non-finite values; the factors
         are then the best evaluated iterate, whose RMSE is the last history entry; ``message`` says so).
     n_epochs, n_steps : int
         Outer iterations (also :attr:`nit`) and inner steps (subset visits) done.
@@ -52,6 +54,13 @@ class HamsiResult:
         The algorithm constants used.
     message : str
         One sentence about the outcome.
+    row_bias, col_bias : ndarray or None
+        Biases ``p`` and ``q`` of the biased model (``None`` without biases).
+    offset : float
+        The constant ``μ`` of the model (added to every prediction).
+    setup_time, eval_time : float
+        Seconds spent before the first step (layout, initialization) and in evaluations; neither is
+        in ``history_time``.
     """
 
     U: Float = field(repr=False)
@@ -74,6 +83,11 @@ class HamsiResult:
     partition_balance: Mapping[str, Any] = field(repr=False)
     options: Mapping[str, Any] = field(repr=False)
     message: str = ""
+    row_bias: Float | None = field(default=None, repr=False)
+    col_bias: Float | None = field(default=None, repr=False)
+    offset: float = 0.0
+    setup_time: float = 0.0
+    eval_time: float = 0.0
 
     @property
     def nit(self) -> int:
@@ -94,6 +108,11 @@ class HamsiResult:
     def test_rmse(self) -> float | None:
         """Final held-out RMSE (``None`` without a test split)."""
         return None if self.history_test_rmse is None else float(self.history_test_rmse[-1])
+
+    @property
+    def wall_time(self) -> float:
+        """Set-up, optimization and evaluation seconds together."""
+        return self.setup_time + self.elapsed + self.eval_time
 
     @property
     def elapsed(self) -> float:
