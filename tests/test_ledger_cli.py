@@ -96,7 +96,7 @@ def test_answer_charges_the_dataset_and_is_refused_when_over(capsys: pytest.Capt
     base = ["answer", "prefix:n=16", "counts.txt", "--delta", "1e-7", "--seed", "1",
             "--ledger", "dpopt-ledger.db", "--dataset", "counts"]
     assert main([*base, "--epsilon", "0.5", "--out", "a1.csv"]) == 0
-    assert "ledger: dataset counts has spent" in capsys.readouterr().out
+    assert "ledger: 1 release(s) recorded on dataset counts (seq 1, adding ε=0.444" in capsys.readouterr().out
     assert main([*base, "--epsilon", "0.5", "--out", "a2.csv"]) == 0
     capsys.readouterr()
     assert main([*base, "--epsilon", "0.9", "--out", "a3.csv"]) == 2
@@ -148,7 +148,9 @@ def test_reproduce_charges_every_release(private_demo: str, capsys: pytest.Captu
     assert main(["ledger", "add-dataset", "demo", "--epsilon", "0.5", "--ledger", "l.db"]) == 0
     argv = ["reproduce", private_demo, "--no-progress", "--no-report", "--ledger", "l.db", "--dataset", "demo"]
     assert main([*argv, "--out", "run1"]) == 0
-    assert "ledger: dataset demo has spent (ε=0.3" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ledger: 3 release(s) recorded on dataset demo (seq 1-3, adding ε=0.3)" in out
+    assert "ε=0.2 left" in out
     assert main([*argv, "--out", "run2"]) == 2  # 0.3 + 0.3 > 0.5: refused at the 3rd release
     assert "dataset 'demo'" in _error(capsys)
     led = Ledger("l.db")

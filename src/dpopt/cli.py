@@ -187,7 +187,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     )
     if args.resume and args.overwrite:
         raise _UsageError("--resume and --overwrite cannot be used together")
-    from dpopt.cli_ledger import ledger_charging
+    from dpopt.cli_ledger import ledger_charging, ledger_summary
 
     with ledger_charging(args, command=f"dpopt reproduce {experiment.name}") as ledger_acct:
         result = run_experiment(
@@ -213,7 +213,7 @@ def _cmd_reproduce(args: argparse.Namespace) -> int:
     for fig in result.figures:
         console.print(f"figure: {fig}", markup=False)
     if ledger_acct is not None:
-        console.print(f"ledger: dataset {ledger_acct.dataset} has spent {ledger_acct.spent()}", markup=False)
+        console.print(ledger_summary(ledger_acct), markup=False)
     if not args.no_report:
         report = write_report(result.out_dir)
         console.print(f"report: {report}", markup=False)
@@ -546,7 +546,7 @@ def _cmd_answer(args: argparse.Namespace) -> int:
     except InvalidParameterError as exc:
         variances = None
         _note(f"no per-query error: {exc}")
-    from dpopt.cli_ledger import ledger_accountant
+    from dpopt.cli_ledger import ledger_accountant, ledger_summary
 
     ledger_acct = ledger_accountant(args, command=f"dpopt answer {args.workload}")
     if ledger_acct is not None and ledger_acct.neighbouring != args.neighbouring:
@@ -595,7 +595,7 @@ def _cmd_answer(args: argparse.Namespace) -> int:
         _note(f"the workload is not in the strategy's row space (relative bias {result.bias:.3g})")
     console.print(f"answers: {out} ({len(result.values)} queries)", markup=False)
     if ledger_acct is not None:
-        console.print(f"ledger: dataset {ledger_acct.dataset} has spent {ledger_acct.spent()}", markup=False)
+        console.print(ledger_summary(ledger_acct), markup=False)
     if args.per_query and std is not None:
         shown = min(_PER_QUERY_ROWS, len(std))
         table = Table(

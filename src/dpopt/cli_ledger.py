@@ -23,7 +23,13 @@ from dpopt.exceptions import InvalidParameterError
 if TYPE_CHECKING:
     from dpopt.ledger import Ledger, LedgerAccountant
 
-__all__ = ["add_ledger_options", "add_ledger_parser", "ledger_accountant", "ledger_charging"]
+__all__ = [
+    "add_ledger_options",
+    "add_ledger_parser",
+    "ledger_accountant",
+    "ledger_charging",
+    "ledger_summary",
+]
 
 DEFAULT_LEDGER = "dpopt-ledger.db"
 _HISTORY_ROWS = 50
@@ -300,3 +306,18 @@ def ledger_charging(args: argparse.Namespace, *, command: str) -> Iterator[Ledge
 
     with charging(acct):
         yield acct
+
+
+def ledger_summary(acct: LedgerAccountant) -> str:
+    """One line: what this command recorded on the dataset, its total and what is left."""
+    added = acct.recorded
+    spent = acct.spent()
+    left = acct.remaining()
+    what = (
+        f"{len(added)} release(s) recorded on dataset {acct.dataset} (seq {added[0][0]}"
+        + (f"-{added[-1][0]}" if len(added) > 1 else "")
+        + f", adding ε={_eps(sum(a for _, a in added))})"
+        if added
+        else f"nothing recorded on dataset {acct.dataset}"
+    )
+    return f"ledger: {what}; the dataset has spent ε={_eps(spent.epsilon)} of its budget {acct.budget}, ε={_eps(left)} left"

@@ -20,9 +20,9 @@ from typing import Any
 
 from dpopt.accounting import Accountant, Budget, LedgerEntry, PrivacyEvent, PrivacySpent, make_accountant
 from dpopt.accounting.accountants import _REL_TOL, InfoNote
-from dpopt.exceptions import BudgetExceededError, PrivacyClaimWarning
+from dpopt.exceptions import BudgetExceededError, DPOptError, PrivacyClaimWarning
 from dpopt.ledger.backend import Transaction
-from dpopt.ledger.errors import LedgerError, UnknownDatasetError
+from dpopt.ledger.errors import LedgerError, LedgerSchemaError, UnknownDatasetError
 from dpopt.ledger.serialize import event_from_json, event_to_json
 from dpopt.ledger.store import _RELEASE_COLUMNS, Dataset, Ledger, _now, default_actor
 
@@ -57,6 +57,7 @@ class LedgerAccountant(Accountant):
         self._inner = make_accountant(dataset.accountant, neighbouring=dataset.neighbouring)
         self._seq = 0  # releases replayed into _inner
         self._lock = threading.RLock()  # threads sharing this object update the cache one at a time
+        self._recorded: list[tuple[int, float]] = []
         super().__init__(budget=dataset.budget, neighbouring=dataset.neighbouring)
 
     # --- the abstract interface (delegated to the dataset's accountant kind) -----------------------
@@ -85,7 +86,15 @@ class LedgerAccountant(Accountant):
                         f"{self._seq + 1} is missing); the ledger database was altered"
                     )
                 try:
-                    self._inner.compose(event_from_json(text), int(count), label=str(label))
+                    event = event_from_json(text)
+                except DPOptError as exc:
+                    self._reset()
+                    raise LedgerSchemaError(
+                        f"dataset {self.dataset!r}: release {seq} is unreadable ({exc}); the ledger "
+                        "database was altered or written by a newer dpopt"
+                    ) from None
+                try:
+                    self._inner.compose(event, int(count), label=str(label))
                 except Exception:
                     self._reset()
                     raise
@@ -128,6 +137,11 @@ class LedgerAccountant(Accountant):
     def spent(self, delta: float | None = None) -> PrivacySpent:
         """A :class:`PrivacySpent` of everything recorded on the dataset."""
         return self.sync()._inner.spent(self._delta_or_budget(delta))
+
+    @property
+    def recorded(self) -> tuple[tuple[int, float], ...]:
+        """``(seq, ε added)`` of each release this object (in this process) recorded, in order."""
+        return tuple(self._recorded)
 
     def remaining(self) -> float:
         """The ε still available at the dataset's δ (>= 0)."""
@@ -197,6 +211,7 @@ class LedgerAccountant(Accountant):
         inner._notes.extend(notes)
         inner._ledger.append(LedgerEntry(event, count, label))
         self._seq = seq
+        self._recorded.append((seq, max(0.0, after - before)))
         for note in notes:  # as Accountant.compose: warn what is not mere information
             if not isinstance(note, InfoNote):
                 warnings.warn(note, PrivacyClaimWarning, stacklevel=4)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dpopt.accounting import Budget, PrivacyEvent, PrivacySpent, make_accountant
 from dpopt.accounting.accountants import available_accountants
 from dpopt.accounting.events import Neighbouring, check_neighbouring
-from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
+from dpopt.exceptions import DPOptError, InvalidParameterError, PrivacyClaimWarning
 from dpopt.ledger.backend import Backend, Transaction, open_backend
 from dpopt.ledger.errors import LedgerError, LedgerSchemaError, UnknownDatasetError
 from dpopt.ledger.schema import FORMAT, MIGRATIONS, SCHEMA_VERSION
@@ -327,7 +327,16 @@ class Ledger:
                 f"SELECT {_RELEASE_COLUMNS} FROM dpopt_releases WHERE dataset = ? AND seq > ? ORDER BY seq",
                 (name, int(since)),
             )
-        return tuple(Release._from_row(r) for r in rows)
+        out = []
+        for r in rows:
+            try:
+                out.append(Release._from_row(r))
+            except (DPOptError, ValueError, TypeError) as exc:
+                raise LedgerSchemaError(
+                    f"dataset {name!r}: release {r[1]} is unreadable ({exc}); the ledger database was "
+                    "altered or written by a newer dpopt"
+                ) from None
+        return tuple(out)
 
     def spent(self, name: str, delta: float | None = None) -> PrivacySpent:
         """What all releases on ``name`` spend together at ``delta`` (default: the dataset's δ),
