@@ -122,7 +122,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("engine", ["inprocess", "processes"])
+@pytest.mark.parametrize("engine", ["inprocess", pytest.param("processes", marks=pytest.mark.slow)])
 def test_secure_run_resumes_after_a_driver_sigkill(tmp_path, engine) -> None:
     script = tmp_path / "driver.py"
     script.write_text(_DRIVER)

@@ -27,6 +27,7 @@ PAGES = [
     "guides/query-release.md",
     "guides/erm.md",
     "guides/admm.md",
+    "guides/admm-consortium.md",
     "guides/matrix-factorization.md",
     "guides/reproducing.md",
     "privacy.md",

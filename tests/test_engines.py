@@ -158,7 +158,9 @@ def test_ray_local_cluster_bit_identical_and_recovers(problem, reference) -> Non
 
 def test_wait_limit_is_adaptive_with_a_floor() -> None:
     eng = ProcessEngine(1, timeout_floor=5.0, startup_timeout=30.0)
-    assert eng.wait_limit() == 5.0 and eng.wait_limit("start-up") == 30.0
+    assert eng.wait_limit() == 30.0 and eng.wait_limit("start-up") == 30.0  # nothing observed yet
+    eng._observe(0.1)
+    assert eng.wait_limit() == 5.0  # the floor
     eng._observe(2.0)  # rounds observed to take 2 s: wait up to 10x
     assert eng.wait_limit() == 20.0
     assert ProcessEngine(1, timeout=3.0).wait_limit() == 3.0

@@ -46,6 +46,13 @@ def driver_pid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DRIVER_ENV, str(os.getpid()))
 
 
+@pytest.fixture(scope="module")
+def workers():
+    """One pair of worker processes for the module (jobs reuse idle workers)."""
+    with SpyProcessEngine(2) as eng:
+        yield eng
+
+
 class SpyProcessEngine(ProcessEngine):
     """Records the bytes of everything the driver receives from its workers."""
 
@@ -106,13 +113,12 @@ def test_guarded_loader_refuses_the_driver(driver_pid) -> None:
         _alg().run(_sites(), rng=7, engine="inprocess")
 
 
-def test_sites_on_processes_engine_never_send_rows_to_the_driver(driver_pid) -> None:
+def test_sites_on_processes_engine_never_send_rows_to_the_driver(driver_pid, workers) -> None:
     ref = _alg().run(_pairs(), rng=7, engine=InProcessEngine(1), record_models=True)
-    with SpyProcessEngine(2) as eng:
-        eng.received = []
-        res = _alg().run(_sites(("m1", "m1", "m2", "m2")), rng=7, engine=eng, record_models=True)
-        assert res.parameters["n_shards"] == 2 and res.parameters["sites"] == ["s0", "s1", "s2", "s3"]
-        _assert_no_rows(eng.received)
+    workers.received = []
+    res = _alg().run(_sites(("m1", "m1", "m2", "m2")), rng=7, engine=workers, record_models=True)
+    assert res.parameters["n_shards"] == 2 and res.parameters["sites"] == ["s0", "s1", "s2", "s3"]
+    _assert_no_rows(workers.received)
     # same seed, same released rounds as the in-memory simulation
     assert np.array_equal(ref.models_history, res.models_history)
     assert np.array_equal(ref.node_privacy_history, res.node_privacy_history)
@@ -124,19 +130,19 @@ def test_sites_on_processes_engine_never_send_rows_to_the_driver(driver_pid) -> 
         _alg().run(_sites(), rng=7, engine="inprocess", n_shards=2)
 
 
-def test_site_checks_happen_at_the_site(driver_pid, tmp_path) -> None:
+def test_site_checks_happen_at_the_site(driver_pid, tmp_path, workers) -> None:
     x, y = make_rows(3, 30, DIM)
     np.savez(tmp_path / "big.npz", X=3.0 * x, y=y)  # row norms up to 3
     sites = [*_sites()[:3], Site("big", loader=str(tmp_path / "big.npz"))]
-    with ProcessEngine(2) as eng, pytest.raises(Exception, match="norm"):
-        _alg().run(sites, rng=7, engine=eng)
+    with pytest.raises(Exception, match="norm"):
+        _alg().run(sites, rng=7, engine=workers)
     np.savez(tmp_path / "wide.npz", X=np.zeros((30, DIM + 1)), y=y)
     sites = [*_sites()[:3], Site("wide", loader=str(tmp_path / "wide.npz"))]
-    with ProcessEngine(2) as eng, pytest.raises(InvalidParameterError, match="feature space"):
-        _alg().run(sites, rng=7, engine=eng)
+    with pytest.raises(InvalidParameterError, match="feature space"):
+        _alg().run(sites, rng=7, engine=workers)
 
 
-def test_site_loader_error_names_the_site(driver_pid) -> None:
+def test_site_loader_error_names_the_site(driver_pid, workers) -> None:
     sites = [*_sites()[:3], Site("broken", loader="site_loaders:no_such_function")]
-    with ProcessEngine(2) as eng, pytest.raises(EngineError, match="site broken"):
-        _alg().run(sites, rng=7, engine=eng)
+    with pytest.raises(EngineError, match="site broken"):
+        _alg().run(sites, rng=7, engine=workers)

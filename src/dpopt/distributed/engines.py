@@ -31,11 +31,11 @@ Placement: :meth:`Engine.start` takes ``placement[s]``, the custom resources sha
 (``{"site:NAME": 1}`` for the sites it hosts, see :mod:`dpopt.distributed.sites`); the Ray engine
 places the shard's actor on a cluster node that offers all of them, the local engines ignore it.
 
-No hangs: every wait on a worker has a time limit.  ``timeout=None`` (default) derives it from the
-observed times, ``max(timeout_floor, 10 x the slowest step or call so far)``, and start-up (where
-sites load their data) has its own ``startup_timeout``.  A worker that does not answer in time is
-handled like a dead one (:class:`EngineError` with ``crashed=True``; it is killed, so a restart
-replaces it).  Workers started by dpopt do not outlive the driver, even when it is SIGKILLed: worker
+No hangs: every wait on a worker has a time limit.  ``timeout=None`` (default) derives it from
+the observed times, ``max(timeout_floor, 10 x the slowest step or call so far)`` (before anything
+was observed, and at start-up, where sites load their data: ``startup_timeout``).  A worker that
+does not answer in time is handled like a dead one (:class:`EngineError` with ``crashed=True``; it
+is killed, so a restart replaces it).  Workers started by dpopt do not outlive the driver, even when it is SIGKILLed: worker
 processes ask the kernel to kill them when their parent dies (``PR_SET_PDEATHSIG`` on Linux), and a
 local Ray cluster started by dpopt is watched by a small reaper process
 (:mod:`dpopt.distributed._reaper`) that kills the cluster's processes when the driver disappears.
@@ -146,7 +146,8 @@ class Engine(ABC):
     ----------
     timeout : float or None, default None
         Seconds to wait for one reply of a worker (a step or a call).  ``None``: adaptive,
-        ``max(timeout_floor, 10 x the slowest step or call observed so far)``.
+        ``max(timeout_floor, 10 x the slowest step or call observed so far)`` (``startup_timeout``
+        until one has been observed).
     timeout_floor : float, default 60
         Smallest adaptive time limit.
     startup_timeout : float, default 600
@@ -182,6 +183,8 @@ class Engine(ABC):
             return self.startup_timeout if self.timeout is None else max(self.timeout, self.startup_timeout)
         if self.timeout is not None:
             return self.timeout
+        if self._slowest == 0.0:  # nothing observed yet (e.g. the first round of a large run)
+            return max(self.timeout_floor, self.startup_timeout)
         return max(self.timeout_floor, TIMEOUT_FACTOR * self._slowest)
 
     def _observe(self, seconds: float) -> None:
