@@ -49,3 +49,45 @@ def test_tour_registered_and_runs_through_cli(tmp_path: Path, monkeypatch: pytes
     html = (tmp_path / "index.html").read_text()
     assert "tour-mechanisms" in html and "<img" in html
     assert len(load_records(tmp_path / "tour-mechanisms")) > 0
+
+
+def test_tour_report_reads_as_a_report(tmp_path: Path) -> None:
+    """Issue 15 §3 without a browser: intro, audit first, settings used, '1 seed (seed 0)', no
+    single-seed spread columns, no absolute local paths, files readable by everyone (0644)."""
+    import dataclasses
+    import re
+    import stat
+
+    from dpopt.experiments import registry
+    from dpopt.experiments.report import write_report
+    from dpopt.experiments.runner import run_experiment
+    from dpopt.experiments.tour import INTRO
+
+    original = registry.get("tour-mechanisms")
+    small = TourConfig(n_runs=1_000, n_runs_selection=200, steps=(1,))
+    registry.register(dataclasses.replace(original, configs={"quick": small, "paper": small}), replace=True)
+    try:
+        run = run_experiment("tour-mechanisms", seeds=(0,), out_dir=tmp_path / "tour-mechanisms", progress=False)
+    finally:
+        registry.register(original, replace=True)
+    report = write_report(tmp_path, title="dpopt tour", intro=INTRO)
+    doc = report.read_text()
+    text = re.sub(r"<[^>]+>", " ", re.sub(r'src="data:[^"]+"', "", doc))
+    assert INTRO.split(":")[0].replace("'", "&#x27;") in doc
+    assert '<nav class="toc">' in doc and text.index("Contents") < text.index("1. tour-mechanisms")
+    assert "1 seed (seed 0)" in text and "seeds:" not in text
+    assert "Settings actually used, quick scale" in text and "n_runs = 1000" in text
+    assert str(tmp_path) not in doc and "/tmp/" not in text  # paths are relative to the report
+    for f in [report, *run.figures, run.out_dir / "config.json", run.out_dir / "run.json"]:
+        mode = stat.S_IMODE(f.stat().st_mode)
+        assert mode & 0o044 == 0o044, f"{f.name} is not readable by everyone ({oct(mode)})"
+
+
+def test_report_drops_spread_columns_only_when_they_hold_no_spread() -> None:
+    from dpopt.experiments.report import _table
+
+    single = [{"method": "a", "error": 1.5, "spread (std)": 0.0, "reps": 1}]
+    html = _table(single)
+    assert "spread" not in html and "reps" not in html and "error" in html
+    repeated = [{"method": "a", "error": 1.5, "spread (std)": 0.2, "reps": 3}]
+    assert "spread (std)" in _table(repeated) and "reps" in _table(repeated)

@@ -251,7 +251,9 @@ def _cmd_tour(args: argparse.Namespace) -> int:
             f"in {result.elapsed_seconds:.1f} s",
             markup=False,
         )
-    report = write_report(out, title="dpopt tour")
+    from dpopt.experiments.tour import INTRO
+
+    report = write_report(out, title="dpopt tour", intro=INTRO)
     console.print(f"Tour report: {report}", markup=False)
     console.print(f"Open it in a browser, e.g. {report.as_uri()}", markup=False)
     return 0

@@ -9,6 +9,15 @@ Agg canvas directly, so they never touch pyplot's global state or need a display
 
 For several panels, make a figure with :func:`new_figure`, draw on its axes with
 :func:`draw_lines` / :func:`draw_bars`, and save it with :func:`save_figure`.
+
+The figures are meant to be read in a report at page width, so the helpers
+
+* lay a single row of three or more panels out as a grid of two columns (:func:`new_figure`);
+* label axes with words, not field names (``expected_error_per_query`` reads "expected error per
+  query"), and name legend entries by what differs between the curves only (no ``beta=None``);
+* draw no spread (band or error bar) for single-repetition data;
+* when saving (:func:`save_figure`), replace identical per-panel legends by one legend for the
+  figure, and move a legend that covers data points outside its panel.
 """
 
 from __future__ import annotations
@@ -22,43 +31,201 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.ticker import LogFormatterSciNotation
 
 from dpopt.exceptions import InvalidParameterError
 from dpopt.experiments.records import _keys, sort_key, summarize
 
-__all__ = ["bar_plot", "draw_bars", "draw_lines", "line_plot", "new_figure", "save_figure"]
+__all__ = ["bar_plot", "draw_bars", "draw_lines", "human_label", "line_plot", "new_figure", "save_figure"]
 
 Spread = Literal["std", "sem", "minmax"] | None
+
+#: At most this many panels side by side: a single row of more panels is wrapped into a grid.
+MAX_COLUMNS = 2
+#: Figures wider than this (inches) are scaled down to it (about a report page at 120 dpi).
+MAX_WIDTH = 12.0
+
+
+def human_label(name: str) -> str:
+    """A field name as words for an axis: ``"expected_error_per_query"`` -> ``"expected error per query"``."""
+    return name.replace("_", " ").strip()
 
 
 def new_figure(
     nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float] | None = None
 ) -> tuple[Figure, np.ndarray]:
-    """A new Agg-backed figure and its array of axes (always 2-d, shape ``(nrows, ncols)``)."""
-    if figsize is None:
-        figsize = (5.0 * ncols + 1.0, 3.6 * nrows + 0.4)
+    """A new Agg-backed figure and its array of axes (always 2-d, shape ``(nrows, ncols)``).
+
+    A single row of more than :data:`MAX_COLUMNS` panels is laid out as a grid of
+    :data:`MAX_COLUMNS` columns (so every panel stays readable at page width); the returned array
+    still has shape ``(1, ncols)``, its panels in reading order.  ``figsize`` is the size of the
+    requested layout; it is adapted to the grid actually drawn and capped at :data:`MAX_WIDTH`.
+    """
+    panel_w, panel_h = (5.0, 3.6) if figsize is None else (figsize[0] / ncols, figsize[1] / nrows)
+    rows, cols = nrows, ncols
+    if nrows == 1 and ncols > MAX_COLUMNS:
+        rows, cols = -(-ncols // MAX_COLUMNS), MAX_COLUMNS
+        panel_w, panel_h = max(panel_w, 5.0), max(panel_h, 3.6)
+    if figsize is None or (rows, cols) != (nrows, ncols):
+        figsize = (panel_w * cols + (1.0 if figsize is None else 0.0), panel_h * rows + 0.4)
+    if figsize[0] > MAX_WIDTH:
+        figsize = (MAX_WIDTH, figsize[1] * max(MAX_WIDTH / figsize[0], 0.6))
     fig = Figure(figsize=figsize, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    grid = fig.subplots(rows, cols, squeeze=False)
+    if (rows, cols) == (nrows, ncols):
+        return fig, grid
+    flat = list(grid.flat)
+    for extra in flat[nrows * ncols :]:
+        fig.delaxes(extra)
+    axes = np.empty((nrows, ncols), dtype=object)
+    for i, ax in enumerate(flat[: nrows * ncols]):
+        axes.flat[i] = ax
     return fig, axes
 
 
-def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 120) -> Path:
-    """Save ``fig`` as a PNG at ``path`` (creating parent directories) and return the path."""
+def _legend_entries(ax: Axes) -> tuple[list[Any], list[str], str]:
+    legend = ax.get_legend()
+    if legend is None:
+        return [], [], ""
+    handles = list(getattr(legend, "legend_handles", None) or getattr(legend, "legendHandles", []))
+    labels = [t.get_text() for t in legend.get_texts()]
+    return handles, labels, legend.get_title().get_text()
+
+
+def _covers_data(ax: Axes, renderer: Any) -> bool:
+    """Whether the legend of ``ax`` covers any plotted point (line vertices, bar tops, markers)."""
+    legend = ax.get_legend()
+    if legend is None:
+        return False
+    box = legend.get_window_extent(renderer)
+    pts: list[np.ndarray] = []
+    for line in ax.get_lines():
+        xy = np.asarray(line.get_xydata(), dtype=float)
+        if xy.size:
+            pts.append(line.get_transform().transform(xy))
+    for patch in ax.patches:  # bars: any overlap counts
+        ext = patch.get_window_extent(renderer)
+        if ext.width > 0 and ext.height > 0 and ext.overlaps(box):
+            return True
+    for coll in ax.collections:
+        offsets = np.asarray(coll.get_offsets(), dtype=float)
+        if offsets.size:
+            pts.append(coll.get_offset_transform().transform(offsets))
+    if not pts:
+        return False
+    allp = np.concatenate(pts)
+    allp = allp[np.all(np.isfinite(allp), axis=1)]
+    inside = (allp[:, 0] >= box.x0) & (allp[:, 0] <= box.x1) & (allp[:, 1] >= box.y0) & (allp[:, 1] <= box.y1)
+    return bool(inside.any())
+
+
+class _PlainLogFormatter(LogFormatterSciNotation):
+    """Matplotlib's log tick labels, with plain numbers (0.4, 2000) between 1e-3 and 1e5."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        text = super().__call__(x, pos)
+        if not text:
+            return ""
+        return f"{x:g}" if 1e-3 <= abs(x) < 1e5 else text
+
+
+def _plain_log_ticks(axis: Any) -> None:
+    """Label the ticks of a log axis as plain numbers where that is short (the same ticks as usual)."""
+    axis.set_major_formatter(_PlainLogFormatter(10.0))
+    axis.set_minor_formatter(_PlainLogFormatter(10.0, labelOnlyBase=False))
+
+
+def _legend_columns(fig: Figure, labels: Sequence[str], fontsize: float) -> int:
+    """How many legend entries fit side by side across the figure."""
+    char_in = 0.55 * fontsize / 72  # average glyph width, inches
+    entry_in = 0.75 + char_in * max((len(t) for t in labels), default=1)
+    return max(1, min(len(labels), int(0.95 * fig.get_figwidth() / entry_in)))
+
+
+def _tidy(fig: Figure) -> None:
+    """Words for field-name axis labels; plain log ticks; one legend for identical panel legends;
+    legends off the data."""
+    axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_subplotspec() is not None]
+    for ax in axes:
+        for get, put in ((ax.get_xlabel, ax.set_xlabel), (ax.get_ylabel, ax.set_ylabel)):
+            text = get()
+            if "_" in text and "$" not in text:
+                put(human_label(text))
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                _plain_log_ticks(axis)
+    with_legend = [ax for ax in axes if ax.get_legend() is not None]
+    entries = [_legend_entries(ax) for ax in with_legend]
+    if len(with_legend) > 1 and all(e[1] == entries[0][1] and e[1] for e in entries):
+        handles, labels, title = entries[0]
+        for ax in with_legend:
+            legend = ax.get_legend()
+            if legend is not None:
+                legend.remove()
+        size = FontProperties(size="small").get_size_in_points()
+        fig.legend(handles, labels, title=human_label(title) or None, loc="outside lower center",
+                   ncols=_legend_columns(fig, labels, size), fontsize="small")  # fmt: skip
+        return
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    fig.canvas.draw()
+    for ax, (handles, labels, title) in zip(with_legend, entries, strict=True):
+        if handles and _covers_data(ax, renderer):
+            legend = ax.get_legend()
+            font: Any = legend.get_texts()[0].get_fontsize() if legend is not None and legend.get_texts() else 8
+            ax.legend(handles, labels, title=human_label(title) or None, loc="upper left",
+                      bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=font)  # fmt: skip
+
+
+def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 120, tidy: bool = True) -> Path:
+    """Save ``fig`` as a PNG at ``path`` (creating parent directories) and return the path.
+
+    With ``tidy`` (default) axis labels that are field names become words, identical legends of
+    several panels become one legend below the figure, and a legend that covers plotted data is
+    moved outside its panel.  The file is readable by everyone (mode 0644 under the usual umask).
+    """
     p = Path(path)
     if p.suffix.lower() != ".png":
         raise InvalidParameterError(f"path: figures are saved as PNG; use a .png file name, got {p.name!r}")
     p.parent.mkdir(parents=True, exist_ok=True)
+    if tidy:
+        _tidy(fig)
     fig.savefig(p, dpi=dpi, format="png")
     return p
 
 
-def _label(keys: tuple[str, ...], values: tuple[Any, ...]) -> str:
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value)) if abs(value) >= 10 else str(value)
+    return str(value)
+
+
+def _labels(keys: tuple[str, ...], groups: Iterable[tuple[Any, ...]]) -> dict[tuple[Any, ...], str]:
+    """Legend labels naming only what differs between the groups (None values left out)."""
+    groups = list(groups)
     if not keys:
-        return ""
+        return {g: "" for g in groups}
+    varying = [i for i in range(len(keys)) if len({repr(g[i]) for g in groups}) > 1] or [0]
+    out = {}
+    for g in groups:
+        parts = []
+        for j, i in enumerate(varying):
+            if g[i] is None:
+                continue
+            parts.append(_fmt_value(g[i]) if j == 0 or len(varying) == 1 else f"{keys[i]}={_fmt_value(g[i])}")
+        out[g] = ", ".join(parts) or "(none)"
+    return out
+
+
+def _legend_title(keys: tuple[str, ...], groups: Iterable[tuple[Any, ...]]) -> str | None:
+    groups = list(groups)
+    varying = [k for i, k in enumerate(keys) if len({repr(g[i]) for g in groups}) > 1]
+    if len(varying) == 1:
+        return human_label(varying[0])
     if len(keys) == 1:
-        return str(values[0])
-    return ", ".join(f"{k}={v}" for k, v in zip(keys, values, strict=True))
+        return human_label(keys[0])
+    return None
 
 
 def _band(row: Mapping[str, Any], spread: Spread) -> tuple[float, float]:
@@ -100,6 +267,7 @@ def draw_lines(
     lines: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         lines.setdefault(tuple(row[k] for k in group_keys), []).append(row)
+    names = _labels(group_keys, lines)
     for key in sorted(lines, key=lambda t: tuple(sort_key(v) for v in t)):
         pts = sorted(lines[key], key=lambda r: sort_key(r[x]))
         try:
@@ -107,7 +275,7 @@ def draw_lines(
         except (TypeError, ValueError):
             raise InvalidParameterError(f"draw_lines: x field {x!r} must be numeric; use draw_bars") from None
         means = np.array([r["mean"] for r in pts])
-        (line,) = ax.plot(xs, means, marker=marker, markersize=3.5, label=_label(group_keys, key) or None)
+        (line,) = ax.plot(xs, means, marker=marker, markersize=3.5, label=names[key] or None)
         if spread is not None and any(r["count"] > 1 for r in pts):
             lo, hi = np.array([_band(r, spread) for r in pts]).T
             if logy:
@@ -117,11 +285,11 @@ def draw_lines(
         ax.set_xscale("log")
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(human_label(x))
+    ax.set_ylabel(human_label(y))
     ax.grid(True, alpha=0.3)
     if group_keys and lines:
-        ax.legend(title=", ".join(group_keys) if len(group_keys) == 1 else None, fontsize="small")
+        ax.legend(title=_legend_title(group_keys, lines), fontsize="small")
     return len(lines)
 
 
@@ -149,12 +317,14 @@ def draw_bars(
     n = max(len(series), 1)
     width = 0.8 / n
     pos = np.arange(len(cats), dtype=float)
+    names = _labels(group_keys, series)
+    repeated = any(r["count"] > 1 for r in rows)  # no error bars for single-repetition data
     for i, key in enumerate(sorted(series, key=lambda t: tuple(sort_key(v) for v in t))):
         by_cat = series[key]
         idx = [j for j, c in enumerate(cats) if c in by_cat]
         means = np.array([by_cat[cats[j]]["mean"] for j in idx])
         err = None
-        if spread is not None:
+        if spread is not None and repeated:
             bands = np.array([_band(by_cat[cats[j]], spread) for j in idx]).reshape(-1, 2)
             err = np.abs(np.vstack([means - bands[:, 0], bands[:, 1] - means]))
         ax.bar(
@@ -163,16 +333,16 @@ def draw_bars(
             width,
             yerr=err,
             capsize=2,
-            label=_label(group_keys, key) or None,
+            label=names[key] or None,
         )
     ax.set_xticks(pos, [str(c) for c in cats])
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(human_label(x))
+    ax.set_ylabel(human_label(y))
     ax.grid(True, axis="y", alpha=0.3)
     if group_keys and series:
-        ax.legend(title=", ".join(group_keys) if len(group_keys) == 1 else None, fontsize="small")
+        ax.legend(title=_legend_title(group_keys, series), fontsize="small")
     return len(series)
 
 

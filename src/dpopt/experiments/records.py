@@ -132,19 +132,34 @@ def write_jsonl(
     return p
 
 
-def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
-    """Write ``obj`` as indented JSON via a temporary file and an atomic rename."""
+def _file_mode() -> int:
+    """The mode a newly created file gets under the current umask (0644 under the usual 022)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` via a temporary file and an atomic rename; the file gets the permissions of a
+    normally created file (``mkstemp`` alone would leave it readable by its owner only)."""
     p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(to_jsonable(obj), fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
+            fh.write(text)
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return p
+
+
+def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented JSON via a temporary file and an atomic rename (mode as usual)."""
+    text = json.dumps(to_jsonable(obj), indent=2, ensure_ascii=False) + "\n"
+    return write_text_atomic(path, text)
 
 
 def read_jsonl(path: str | os.PathLike[str], *, allow_truncated: bool = True) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import html
 import json
 import math
 import os
-import tempfile
+import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -16,29 +16,88 @@ from typing import Any
 
 from dpopt.exceptions import DPOptError, InvalidParameterError
 from dpopt.experiments import registry
-from dpopt.experiments.records import RECORDS_FILE, read_jsonl
+from dpopt.experiments.records import RECORDS_FILE, read_jsonl, write_text_atomic
 from dpopt.experiments.runner import CONFIG_FILE, FORMAT, RUN_FILE, SEEDS_DONE_FILE
 
-__all__ = ["REPORT_FILE", "find_runs", "write_report"]
+__all__ = ["DEFAULT_INTRO", "REPORT_FILE", "find_runs", "write_report"]
 
 REPORT_FILE = "index.html"
 _MAX_CELL = 80
+_MAX_LIST = 8  # list settings longer than this are shortened in the text
+_LONG_TABLE = 20  # tables with more rows are collapsed (one click to open)
+
+#: What the reader is looking at, for reports of arbitrary runs (``dpopt report``).
+DEFAULT_INTRO = (
+    "This report gathers runs of dpopt's named reproductions. Each section shows one run: what it "
+    "measures and which paper it comes from, the settings it actually used, its figures (drawn from "
+    "the run's records only) and summary tables. Re-run any of them with the command given in its "
+    "section; the records, figures and settings are in the run folders next to this file."
+)
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1100px;
-padding:0 1rem;color:#222;line-height:1.45}
-h1{border-bottom:2px solid #444}h2{margin-top:2.5rem;border-bottom:1px solid #bbb}
-table{border-collapse:collapse;margin:.6rem 0;font-size:.85rem}
-th,td{border:1px solid #ccc;padding:.2rem .5rem;text-align:left;vertical-align:top}
-th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}
-figure{margin:1rem 0}img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.8rem;color:#555}
-.muted{color:#666;font-size:.85rem}.warn{color:#a40;font-weight:600}
-details{margin:.5rem 0}code{background:#f4f4f4;padding:0 .2rem}
+:root{--fg:#1d1d1f;--muted:#5f6368;--line:#d0d4da;--accent:#1f5fa8;--bad:#b3261e;--good:#1e6b34}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1180px;
+padding:1.5rem 1.25rem 4rem;color:var(--fg);line-height:1.5;font-size:16px}
+h1{font-size:1.9rem;margin:.2rem 0 .4rem}h2{margin-top:3rem;padding-top:.6rem;border-top:2px solid var(--line);
+font-size:1.4rem}h3{font-size:1.05rem;margin:1.6rem 0 .4rem}
+p{max-width:75ch}.lead{font-size:1.05rem}.muted{color:var(--muted);font-size:.9rem}
+.warn{color:var(--bad);font-weight:600}
+nav.toc{background:#f6f8fa;border:1px solid var(--line);border-radius:6px;padding:.6rem 1.2rem;margin:1.2rem 0}
+nav.toc ol{margin:.3rem 0;padding-left:1.4rem}nav.toc li{margin:.2rem 0}
+nav.toc .muted{font-size:.85rem}
+.meta{display:flex;flex-wrap:wrap;gap:.35rem .9rem;color:var(--muted);font-size:.9rem;margin:.4rem 0}
+.meta span{white-space:nowrap}
+.settings{background:#f6f8fa;border-left:3px solid var(--accent);padding:.5rem .8rem;font-size:.9rem;
+max-width:none;overflow-wrap:anywhere}
+.verdict{padding:.55rem .9rem;border-radius:6px;border:1px solid var(--line);background:#fbfbfb;max-width:none}
+.verdict b.bad{color:var(--bad)}.verdict b.good{color:var(--good)}
+.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1rem;margin:1rem 0}
+.figures figure{margin:0;min-width:0}.figures figure.wide{grid-column:1/-1}
+img{display:block;width:100%;height:auto;border:1px solid #e3e3e3;background:#fff}
+figcaption{font-size:.82rem;color:var(--muted);margin-top:.25rem}
+.table-wrap{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;margin:.4rem 0;font-size:.86rem}
+th,td{border:1px solid var(--line);padding:.22rem .55rem;text-align:left;vertical-align:top}
+th{background:#f0f2f5;position:sticky;top:0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+details{margin:.6rem 0}summary{cursor:pointer;color:var(--accent)}code{background:#f2f2f2;padding:0 .2rem;
+border-radius:3px;overflow-wrap:anywhere}
+@media (max-width:700px){.figures{grid-template-columns:1fr}}
 """
+
+_SPREAD_COLUMN = re.compile(r"(\bstd\b|\bsem\b|spread|range|±|_std$|_sem$|\bmin\b.*\bmax\b)", re.I)
+_COUNT_COLUMN = re.compile(r"^(reps|repetitions|runs|count|seeds)$", re.I)
+_ABS_PATH = re.compile(r"(?<![\w.~])/(?:[^\s/<>\"'`]+/)*[^\s/<>\"'`]*")
+_SYMBOLS = {"epsilon": "ε", "delta": "δ", "epsilons": "ε values", "deltas": "δ values", "beta": "β",
+            "betas": "β values", "sigma": "σ", "alpha": "α", "alphas": "α values"}  # fmt: skip
 
 
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+class _Paths:
+    """Rewrites absolute local paths in displayed text: relative to the report's folder when inside
+    it, else shortened to the last two components (a report is shared; local paths mean nothing)."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+
+    def __call__(self, text: str) -> str:
+        if "/" not in text:
+            return text
+        return _ABS_PATH.sub(self._one, text)
+
+    def _one(self, m: re.Match[str]) -> str:
+        raw = m.group(0)
+        if raw == "/":
+            return raw
+        path = Path(raw)
+        try:
+            return path.resolve().relative_to(self.base).as_posix() or "."
+        except (ValueError, OSError):
+            parts = path.parts[-2:]
+            return "…/" + "/".join(parts)
 
 
 def _read_meta(run_dir: Path) -> dict[str, Any] | None:
@@ -71,23 +130,68 @@ def find_runs(dirs_or_root: str | os.PathLike[str] | Iterable[str | os.PathLike[
     return sorted(found)
 
 
-def _fmt(value: Any) -> tuple[str, bool]:
+def _order(runs: list[Path], metas: list[dict[str, Any]]) -> list[int]:
+    """Reading order: the tour's experiments first (the audit leads), in tour order; then the rest
+    by name and scale."""
+    try:
+        tour = list(registry.tour_names())
+    except DPOptError:  # pragma: no cover - a broken registry must not stop a report
+        tour = list(registry.TOUR)
+
+    def key(i: int) -> tuple[int, int, str, str, str]:
+        name = str(metas[i].get("experiment", runs[i].name))
+        pos = tour.index(name) if name in tour else len(tour)
+        return (0 if pos < len(tour) else 1, pos, name, str(metas[i].get("scale", "")), str(runs[i]))
+
+    return sorted(range(len(runs)), key=key)
+
+
+def _fmt(value: Any, paths: _Paths | None = None) -> tuple[str, bool]:
     """Cell text and whether it is numeric."""
     if isinstance(value, bool) or value is None:
-        return str(value), False
+        return ("yes" if value else "no") if isinstance(value, bool) else "", False
     if isinstance(value, int):
         return str(value), True
     if isinstance(value, float):
-        if math.isfinite(value) and value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-            return f"{value:.4e}", True
-        return (f"{value:.4g}" if math.isfinite(value) else str(value)), True
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+        if not math.isfinite(value):
+            return str(value), True
+        if 1e4 <= abs(value) < 1e6:
+            return f"{value:,.0f}", True
+        return f"{value:.4g}", True
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    if paths is not None:
+        text = paths(text)
     if len(text) > _MAX_CELL:
         text = text[: _MAX_CELL - 1] + "…"
     return text, False
 
 
-def _table(rows: Sequence[Mapping[str, Any]], *, max_rows: int | None = None) -> str:
+def _is_zero(value: Any) -> bool:
+    if value is None or value == "":
+        return True
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return False
+    return v == 0 or math.isnan(v)
+
+
+def _useful_columns(cols: list[str], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Drop spread columns that hold no spread (single repetitions) and repetition counts of 1."""
+    keep = []
+    for c in cols:
+        values = [row.get(c) for row in rows]
+        if _SPREAD_COLUMN.search(c) and all(_is_zero(v) for v in values):
+            continue
+        if _COUNT_COLUMN.match(c.strip()) and all(v == 1 for v in values):
+            continue
+        keep.append(c)
+    return keep
+
+
+def _table(
+    rows: Sequence[Mapping[str, Any]], *, max_rows: int | None = None, paths: _Paths | None = None
+) -> str:
     if not rows:
         return '<p class="muted">(no rows)</p>'
     cols: list[str] = []
@@ -95,32 +199,50 @@ def _table(rows: Sequence[Mapping[str, Any]], *, max_rows: int | None = None) ->
         for k in row:
             if k not in cols:
                 cols.append(k)
+    cols = _useful_columns(cols, rows) or cols
     shown = rows if max_rows is None else rows[:max_rows]
-    out = ["<table>", "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in cols) + "</tr>"]
+    out = ['<div class="table-wrap"><table>', "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in cols) + "</tr>"]
     for row in shown:
         cells = []
         for c in cols:
-            text, num = _fmt(row.get(c, ""))
+            text, num = _fmt(row.get(c, ""), paths)
             cells.append(f'<td class="num">{_e(text)}</td>' if num else f"<td>{_e(text)}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
     if len(shown) < len(rows):
-        out.append(f'<p class="muted">first {len(shown)} of {len(rows)} rows</p>')
+        out.append(f'<p class="muted">first {len(shown)} of {len(rows)} rows (all rows: records.jsonl)</p>')
     return "\n".join(out)
 
 
-def _kv_table(mapping: Mapping[str, Any]) -> str:
-    return _table([{"key": k, "value": v} for k, v in mapping.items()])
+def _kv_table(mapping: Mapping[str, Any], paths: _Paths | None = None) -> str:
+    return _table([{"setting": k, "value": v} for k, v in mapping.items()], paths=paths)
 
 
-def _img(path: Path, base: Path, embed: bool) -> str:
+def _png_size(path: Path) -> tuple[int, int] | None:
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(24)
+    except OSError:
+        return None
+    if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n":
+        return None
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def _img(path: Path, base: Path, embed: bool, caption: str) -> str:
     if embed:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         src = f"data:image/png;base64,{data}"
     else:
         src = Path(os.path.relpath(path, base)).as_posix()
-    cap = _e(path.name)
-    return f'<figure><img src="{_e(src)}" alt="{cap}"><figcaption>{cap}</figcaption></figure>'
+    size = _png_size(path)
+    wide = size is not None and (size[0] >= 800 or size[0] > 2.2 * size[1])  # else two side by side
+    dims = f' width="{size[0]}" height="{size[1]}"' if size is not None else ""
+    cls = ' class="wide"' if wide else ""
+    return (
+        f'<figure{cls}><img src="{_e(src)}" alt="{_e(caption)}"{dims} loading="lazy">'
+        f"<figcaption>{_e(caption)}</figcaption></figure>"
+    )
 
 
 def _figures(run_dir: Path, run_info: Mapping[str, Any] | None) -> list[Path]:
@@ -130,9 +252,71 @@ def _figures(run_dir: Path, run_info: Mapping[str, Any] | None) -> list[Path]:
     return sorted(run_dir.glob("*.png"))
 
 
-def _run_section(run_dir: Path, anchor: str, base: Path, embed: bool, max_rows: int) -> str:
+def _seeds_text(seeds: Sequence[Any]) -> str:
+    """``1 seed (seed 0)``, ``3 seeds (0-2)``, ``2 seeds (1, 5)``."""
+    ints = [int(s) for s in seeds if isinstance(s, int | float) or str(s).isdigit()]
+    if not ints:
+        return "no seed"
+    if len(ints) == 1:
+        return f"1 seed (seed {ints[0]})"
+    contiguous = ints == list(range(ints[0], ints[0] + len(ints)))
+    listed = f"{ints[0]}–{ints[-1]}" if contiguous else ", ".join(map(str, ints[:_MAX_LIST]))
+    return f"{len(ints)} seeds ({listed}{'' if contiguous or len(ints) <= _MAX_LIST else ', …'})"
+
+
+def _setting_value(value: Any, paths: _Paths) -> str | None:
+    if value is None or value == "" or value == [] or value == {}:
+        return None
+    if isinstance(value, list | tuple):
+        items = [v for v in value if v is not None]
+        if not items:
+            return None
+        shown = ", ".join(_fmt(v, paths)[0] for v in items[:_MAX_LIST])
+        return shown + (f", … ({len(items)} in all)" if len(items) > _MAX_LIST else "")
+    if isinstance(value, dict):
+        return None  # nested settings are in the full table
+    return _fmt(value, paths)[0]
+
+
+def _settings_sentence(config: Mapping[str, Any], paths: _Paths) -> str:
+    parts = []
+    for key, value in config.items():
+        text = _setting_value(value, paths)
+        if text is not None:
+            parts.append(f"{_e(_SYMBOLS.get(key, key))} = {_e(text)}")
+    return " · ".join(parts)
+
+
+def _audit_verdict(records: Sequence[Mapping[str, Any]]) -> str:
+    """One sentence on an audit run's claims (records with ``part == "audit"``), or ''."""
+    audits = [r for r in records if r.get("part") == "audit" and "refuted" in r]
+    if not audits:
+        return ""
+    refuted = [str(r.get("mechanism", "?")) for r in audits if r.get("refuted")]
+    held = len(audits) - len(refuted)
+    planted = [m for m in refuted if m.upper().startswith("BROKEN")]
+    unexpected = [m for m in refuted if m not in planted]
+    text = (
+        f'<p class="verdict"><b class="good">{held} of {len(audits)} mechanisms</b> stayed within '
+        "their claimed ε in the audit"
+    )
+    if planted:
+        text += (
+            f'; the audit <b class="bad">refuted the {len(planted)} deliberately broken</b> ones '
+            "(it has the power to catch a wrong calibration)"
+        )
+    if unexpected:
+        text += f'; <b class="bad">refuted unexpectedly: {_e(", ".join(unexpected))}</b>'
+    return text + ". An audit gives a lower bound on ε: it can refute a claim, never prove one.</p>"
+
+
+def _run_section(
+    run_dir: Path, anchor: str, number: int, base: Path, embed: bool, max_rows: int
+) -> str:
     meta = _read_meta(run_dir) or {}
+    paths = _Paths(base)
     name = str(meta.get("experiment", run_dir.name))
+    scale = str(meta.get("scale", "?"))
     try:
         run_info = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -141,26 +325,47 @@ def _run_section(run_dir: Path, anchor: str, base: Path, embed: bool, max_rows: 
     records = read_jsonl(records_path) if records_path.is_file() else []
     done_path = run_dir / SEEDS_DONE_FILE
     seeds_done = sorted(int(d["seed"]) for d in read_jsonl(done_path)) if done_path.is_file() else []
+    seeds = list(meta.get("seeds", []))
 
-    parts = [f'<h2 id="{_e(anchor)}">{_e(name)}</h2>']
+    parts = [f'<section><h2 id="{_e(anchor)}">{number}. {_e(name)} <span class="muted">({_e(scale)})</span></h2>']
     description = str(meta.get("description", ""))
     if description:
-        parts.append("".join(f"<p>{_e(para)}</p>" for para in description.strip().split("\n\n")))
-    parts.append(
-        f'<p class="muted">source: {_e(meta.get("seed_doc", "?"))} · '
-        f"scale: <code>{_e(meta.get('scale', '?'))}</code>"
-        f" · seeds: {_e(', '.join(map(str, meta.get('seeds', []))))} · completed seeds: "
-        f"{_e(', '.join(map(str, seeds_done)) or 'none')} · records: {len(records)} · directory: "
-        f"<code>{_e(run_dir)}</code></p>"
-    )
+        parts.append("".join(f"<p>{_e(paths(para))}</p>" for para in description.strip().split("\n\n")))
+    folder = Path(os.path.relpath(run_dir, base)).as_posix()
+    meta_items = [
+        f"source: {_e(meta.get('seed_doc', '?'))}",
+        f"{_e(scale)} scale",
+        _e(_seeds_text(seeds)),
+        f"{len(records)} records",
+    ]
+    if run_info is not None and isinstance(run_info.get("elapsed_seconds"), int | float):
+        meta_items.append(f"ran in {float(run_info['elapsed_seconds']):.1f} s")
+    meta_items.append(f"folder: <code>{_e(folder)}/</code>")
+    parts.append('<div class="meta">' + "".join(f"<span>{m}</span>" for m in meta_items) + "</div>")
     if run_info is None:
+        missing = [s for s in seeds if s not in seeds_done]
         parts.append(
-            '<p class="warn">This run did not finish (interrupted or still running); '
-            "resume it with <code>dpopt reproduce NAME --resume --out DIR</code>.</p>"
+            '<p class="warn">This run did not finish (interrupted or still running'
+            + (f"; seeds not completed: {_e(', '.join(map(str, missing)))}" if missing else "")
+            + f"); resume it with <code>dpopt reproduce {_e(name)} --resume --out {_e(folder)}</code>.</p>"
+        )
+    config = meta.get("config", {})
+    if isinstance(config, dict) and config:
+        note = " (smaller than the paper's sizes the description may quote)" if scale == "quick" else ""
+        parts.append(
+            f'<p class="settings"><b>Settings actually used, {_e(scale)} scale{note}:</b> '
+            f"{_settings_sentence(config, paths)}</p>"
         )
 
-    for fig in _figures(run_dir, run_info):
-        parts.append(_img(fig, base, embed))
+    verdict = _audit_verdict(records)
+    if verdict:
+        parts.append(verdict)
+    figures = _figures(run_dir, run_info)
+    if figures:
+        parts.append('<div class="figures">')
+        for k, fig in enumerate(figures, 1):
+            parts.append(_img(fig, base, embed, f"Figure {number}.{k} ({fig.name})"))
+        parts.append("</div>")
 
     tables: list[tuple[str, list[dict[str, Any]]]] = []
     try:
@@ -176,18 +381,26 @@ def _run_section(run_dir: Path, anchor: str, base: Path, embed: bool, max_rows: 
             )
             parts.append(
                 f'<p class="warn">Summary tables could not be computed: {_e(type(exc).__name__)}: '
-                f"{_e(exc)}</p>"
+                f"{_e(paths(str(exc)))}</p>"
             )
     for title, rows in tables:
-        parts.append(f"<h3>{_e(title)}</h3>")
-        parts.append(_table(rows, max_rows=max_rows))
+        if len(rows) > _LONG_TABLE:  # long tables are one click away, so the page stays scannable
+            parts.append(f"<details><summary><b>{_e(title)}</b> ({len(rows)} rows)</summary>")
+            parts.append(_table(rows, max_rows=max_rows, paths=paths) + "</details>")
+        else:
+            parts.append(f"<h3>{_e(title)}</h3>")
+            parts.append(_table(rows, max_rows=max_rows, paths=paths))
     if not tables:
         parts.append("<h3>Records</h3>")
-        parts.append(_table(records, max_rows=max_rows))
+        parts.append(_table(records, max_rows=max_rows, paths=paths))
 
-    config = meta.get("config", {})
-    parts.append("<details><summary>Configuration</summary>")
-    parts.append(_kv_table(config if isinstance(config, dict) else {"config": config}))
+    seeds_arg = " ".join(map(str, seeds)) or "0"
+    parts.append(
+        f'<p class="muted">Re-run it (from this report\'s folder): <code>dpopt reproduce {_e(name)} --scale {_e(scale)} --seeds '
+        f"{_e(seeds_arg)} --out {_e(folder)} --overwrite</code></p>"
+    )
+    parts.append("<details><summary>All settings</summary>")
+    parts.append(_kv_table(config if isinstance(config, dict) else {"config": config}, paths))
     parts.append(
         f'<p class="muted">config type: <code>{_e(meta.get("config_type", "?"))}</code></p></details>'
     )
@@ -196,10 +409,11 @@ def _run_section(run_dir: Path, anchor: str, base: Path, embed: bool, max_rows: 
     info["started"] = meta.get("started", "?")
     if meta.get("resumed"):
         info["resumed"] = ", ".join(meta["resumed"])
+    info["completed seeds"] = ", ".join(map(str, seeds_done)) or "none"
     if run_info is not None:
         info["finished"] = run_info.get("finished", "?")
         info["elapsed seconds (last invocation)"] = run_info.get("elapsed_seconds", "?")
-    parts.append(_kv_table(info) + "</details>")
+    parts.append(_kv_table(info, paths) + "</details></section>")
     return "\n".join(parts)
 
 
@@ -208,23 +422,30 @@ def write_report(
     *,
     out: str | os.PathLike[str] | None = None,
     title: str = "dpopt report",
+    intro: str | None = None,
     embed: bool = True,
     max_rows: int = 50,
 ) -> Path:
     """Write an HTML report of every run directory found at or below ``dirs_or_root``.
 
-    Each run shows the experiment's name, description and source, its figures, its summary tables
-    (the experiment's ``tables`` function, or the first ``max_rows`` records), its configuration and
-    the library versions.  With ``embed=True`` figures are embedded (base64), so the single HTML file
-    is self-contained; otherwise they are linked relative to the report.
+    The page opens with ``intro`` (what the reader is looking at; default :data:`DEFAULT_INTRO`) and
+    a table of contents.  The tour's experiments come first, in tour order (the privacy audit
+    leads), then the other runs by name.  Each run shows the experiment's name, description and
+    source, the settings it actually used, how many seeds, its figures in a grid, its summary
+    tables (the experiment's ``tables`` function, or the first ``max_rows`` records; spread columns
+    that hold no spread are left out), the command that re-runs it, and its full configuration and
+    library versions.  Absolute local paths are shown relative to the report (or shortened).  With
+    ``embed=True`` figures are embedded (base64), so the single HTML file is self-contained;
+    otherwise they are linked relative to the report.
 
     The report goes to ``out`` if given, else ``index.html`` in the given directory (or in the common
-    parent of several directories).  Returns its path.
+    parent of several directories), readable by everyone (0644 under the usual umask).  Returns its
+    path.
 
     Raises
     ------
     InvalidParameterError
-        If a path is not a directory or no run directory is found.
+        If a path is not a directory, no run directory is found or the report cannot be written.
     """
     single = isinstance(dirs_or_root, str | os.PathLike)
     if isinstance(dirs_or_root, str | os.PathLike):
@@ -246,16 +467,20 @@ def write_report(
     target = target.resolve()
     base = target.parent
 
-    anchors = [f"run-{i}" for i in range(len(runs))]
     metas = [_read_meta(r) or {} for r in runs]
-    toc = ["<ul>"]
+    order = _order(runs, metas)
+    runs = [runs[i] for i in order]
+    metas = [metas[i] for i in order]
+    anchors = [f"run-{i}" for i in range(len(runs))]
+    toc = ['<nav class="toc"><b>Contents</b><ol>']
     for anchor, meta, run in zip(anchors, metas, runs, strict=True):
         label = f"{meta.get('experiment', run.name)} ({meta.get('scale', '?')})"
         summary = str(meta.get("description", "")).strip().split("\n")[0]
-        toc.append(f'<li><a href="#{anchor}">{_e(label)}</a> — {_e(summary)}</li>')
-    toc.append("</ul>")
+        toc.append(f'<li><a href="#{anchor}">{_e(label)}</a> <span class="muted">— {_e(summary)}</span></li>')
+    toc.append("</ol></nav>")
     sections = [
-        _run_section(run, anchor, base, embed, max_rows) for run, anchor in zip(runs, anchors, strict=True)
+        _run_section(run, anchor, i + 1, base, embed, max_rows)
+        for i, (run, anchor) in enumerate(zip(runs, anchors, strict=True))
     ]
     now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     doc = "\n".join(
@@ -264,21 +489,24 @@ def write_report(
             '<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-            f"<h1>{_e(title)}</h1>",
-            f'<p class="muted">{len(runs)} run(s) · generated {_e(now)}</p>',
+            f"<header><h1>{_e(title)}</h1>",
+            f'<p class="lead">{_e(intro if intro is not None else DEFAULT_INTRO)}</p>',
+            f'<p class="muted">{len(runs)} run(s) · generated {_e(now)} · dpopt {_e(_version())}</p></header>',
             *toc,
             *sections,
             "</body></html>",
         ]
     )
     try:
-        base.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".index.", suffix=".tmp", dir=base)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(doc)
-        os.replace(tmp, target)
+        write_text_atomic(target, doc)
     except OSError as exc:
         raise InvalidParameterError(
             f"report: cannot write {target} ({exc.strerror or type(exc).__name__})"
         ) from None
     return target
+
+
+def _version() -> str:
+    from dpopt import __version__
+
+    return __version__
