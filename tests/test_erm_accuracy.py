@@ -70,3 +70,20 @@ def test_residual_clip_lowers_the_sensitivity() -> None:
     assert a.parameters["sensitivity"] == pytest.approx(b.parameters["sensitivity"] / 8)
     assert a.parameters["noise_scale"] == pytest.approx(b.parameters["noise_scale"] / 8, rel=0.02)
     assert a.privacy.epsilon <= 1.0 and b.privacy.epsilon <= 1.0
+
+
+def test_pure_objective_perturbation_calibration_adds_up() -> None:
+    import math
+
+    from dpopt.solvers.objective_perturbation import pure_calibration
+
+    alpha, zeta = pure_calibration(1.0, lipschitz=1.2, hessian=0.3, n=500, jacobian_fraction=0.1)
+    assert math.log1p(0.3 / (500 * zeta)) + 2 * alpha * 1.2 / 500 == pytest.approx(1.0)
+    prob = ERMProblem("logistic", DataBounds(1.0))
+    r = np.random.default_rng(0)
+    X = r.normal(size=(300, 3)) / 3
+    X /= np.maximum(1, np.linalg.norm(X, axis=1, keepdims=True))
+    y = np.sign(X[:, 0] + 0.01)
+    res = minimize(prob, X, y, method="objective_perturbation", budget=Budget(1.0, 0.0), rng=0)
+    assert res.privacy.delta == 0.0 and res.privacy.epsilon <= 1.0 + 1e-9
+    assert res.parameters["noise"] == "l2_laplace"

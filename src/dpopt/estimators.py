@@ -159,7 +159,8 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         Clip rows to ``feature_norm`` instead of raising when a row exceeds it.
     solver : str, default "auto"
         ``"auto"``: output perturbation (``"output_perturbation"``) when ``epsilon * n_samples <
-        100`` (:data:`AUTO_OUTPUT_PERTURBATION_EPSILON_N`), objective perturbation otherwise.  Or
+        100`` (:data:`AUTO_OUTPUT_PERTURBATION_EPSILON_N`) and δ > 0, objective perturbation
+        otherwise (with ``delta=0`` its pure-ε form: l2-Laplace noise).  Or
         any method of :func:`dpopt.solvers.minimize` (``"mirror_descent"`` and ``"frank_wolfe"``
         need ``max_norm``).
     l2_penalty : float or None, default None
@@ -214,7 +215,8 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
       logistic loss's Lipschitz bound on the public ball that contains every minimiser
       (:func:`dpopt.solvers.private_output_perturbation`), σ calibrated with the PLD accountant;
     * objective perturbation (otherwise): the replace-one analysis of
-      :func:`dpopt.solvers.private_objective_perturbation` (χ₂ hockey-stick calibration).
+      :func:`dpopt.solvers.private_objective_perturbation` (χ₂ hockey-stick calibration; with
+      ``delta=0`` pure ε-DP with l2-Laplace noise, Chaudhuri-Monteleoni-Sarwate 2011).
 
     Every default (the solver switch, λ, the intercept column) is a function of public quantities
     only -- ε, δ, n, the number of features and the declared bounds -- never of the data values.
@@ -267,6 +269,7 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         if (
             isinstance(budget, Budget)
             and self.calibration == "tight"
+            and budget.delta > 0  # δ = 0: objective perturbation's pure-ε (l2-Laplace) form
             and budget.epsilon * n < AUTO_OUTPUT_PERTURBATION_EPSILON_N
         ):
             return "output_perturbation"
@@ -286,7 +289,9 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
 
     def fit(self, X: Any, y: Any) -> DPLogisticRegression:
         """Fit the model privately (spends (ε, δ) on ``(X, y)``)."""
-        X, y = numeric_or_refuse(lambda: validate_data(self, X, y, accept_sparse="csr", dtype=np.float64), X=X)
+        X, y = numeric_or_refuse(
+            lambda: validate_data(self, X, y, accept_sparse="csr", dtype=np.float64), X=X
+        )
         numeric_or_refuse(lambda: check_classification_targets(y))  # sklearn's ValueError, as ours
         self.classes_ = unique_labels(y)
         if self.classes_.size != 2:

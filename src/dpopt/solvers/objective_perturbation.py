@@ -24,7 +24,7 @@ from scipy import optimize, special
 from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, Budget, EpsilonDeltaEvent, PrivacyEvent, gaussian_sigma
 from dpopt.exceptions import ConvergenceWarning, InexactSolveError, InvalidParameterError
-from dpopt.mechanisms import gaussian_noise
+from dpopt.mechanisms import gaussian_noise, l2_laplace_noise
 from dpopt.problems import ERMProblem
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
 from dpopt.solvers._result import OptimizeResult, Status
@@ -46,6 +46,7 @@ __all__ = [
     "guaranteed_iterations",
     "kst_sigma",
     "private_objective_perturbation",
+    "pure_calibration",
     "replace_one_calibration",
     "replace_one_epsilon",
 ]
@@ -147,6 +148,31 @@ def replace_one_calibration(
     eps2 = epsilon - eps1
     z = _noise_multiplier(eps2, delta)
     return z * 2 * lipschitz / n, zeta
+
+
+def pure_calibration(
+    epsilon: float,
+    *,
+    lipschitz: float,
+    hessian: float,
+    n: int,
+    jacobian_fraction: float,
+    l2_penalty: float = 0.0,
+) -> tuple[float, float]:
+    """(α, total ridge ζ) of pure ε-DP objective perturbation with l2-Laplace noise ∝ exp(-α‖b‖₂).
+
+    The density ratio of the exact minimiser between replace-one neighbours is at most
+    ``(1 + hessian/(nζ))·exp(α‖u‖)`` with ``‖u‖ <= 2L/n`` (Chaudhuri-Monteleoni-Sarwate 2011, the
+    noise density's ratio by the triangle inequality), so ``ε = ln(1 + hessian/(nζ)) + 2αL/n``.
+    The split of ε is as in :func:`replace_one_calibration`.
+    """
+    eps1 = min(jacobian_fraction * epsilon, 700.0)
+    zeta = hessian / (n * math.expm1(eps1))
+    if l2_penalty > zeta:
+        zeta = l2_penalty
+        eps1 = math.log1p(hessian / (n * zeta))
+    eps2 = epsilon - eps1
+    return eps2 * n / (2 * lipschitz), zeta
 
 
 @dataclass(frozen=True)
@@ -498,11 +524,25 @@ def private_objective_perturbation(
 
     event: PrivacyEvent | None = None
     zeta, sigma, sigma_out, sens_out = 0.0, 0.0, 0.0, 0.0
+    alpha, alpha_out = 0.0, 0.0
     if bud is not None:
-        if bud.delta <= 0:
-            raise InvalidParameterError("objective perturbation with Gaussian noise needs δ > 0")
+        if bud.delta <= 0 and calibration != "tight":
+            raise InvalidParameterError(
+                f"calibration={calibration!r} uses Gaussian noise and needs δ > 0; the default "
+                "calibration='tight' has a pure-ε form (l2-Laplace noise) for δ = 0"
+            )
         op_share, out_share = _inexact_split(bud, inexact_fraction)
-        if calibration == "tight":
+        if bud.delta <= 0:
+            alpha, ridge = pure_calibration(
+                op_share.epsilon,
+                lipschitz=L2,
+                hessian=hess,
+                n=n,
+                jacobian_fraction=jacobian_fraction,
+                l2_penalty=problem.l2_penalty,
+            )
+            zeta = max(ridge - problem.l2_penalty, 0.0)
+        elif calibration == "tight":
             sigma, ridge = replace_one_calibration(
                 op_share.epsilon,
                 op_share.delta,
@@ -525,12 +565,17 @@ def private_objective_perturbation(
                 "objective perturbation needs a strongly convex perturbed objective (ζ + l2_penalty > 0)"
             )
         sens_out = 2 * (tol if C is None else 2 * tol) / mu
+        if bud.delta <= 0:
+            # l2-Laplace (density ∝ exp(-α‖v‖)) is (α·Δ₂)-DP: pure fε at sensitivity 2r
+            alpha_out = out_share.epsilon / sens_out
+            event = EpsilonDeltaEvent(bud.epsilon, 0.0, rule="objective-perturbation-replace-one-pure+amp")
         # analytic Gaussian (Balle-Wang): exactly (fε, fδ)-DP at sensitivity 2r, for any ε
-        sigma_out = gaussian_sigma(out_share.epsilon, out_share.delta, sens_out)
-        if calibration == "tight":
+        elif calibration == "tight":
+            sigma_out = gaussian_sigma(out_share.epsilon, out_share.delta, sens_out)
             # basic composition of the two shares: (1 − f)(ε, δ) + f(ε, δ) = (ε, δ)
             event = EpsilonDeltaEvent(bud.epsilon, bud.delta, rule="objective-perturbation-replace-one+amp")
         else:
+            sigma_out = gaussian_sigma(out_share.epsilon, out_share.delta, sens_out)
             true_eps = replace_one_epsilon(sigma, mu, lipschitz=L2, hessian=hess, n=n, delta=op_share.delta)
             truth = EpsilonDeltaEvent(
                 max(true_eps, op_share.epsilon) + out_share.epsilon,
@@ -556,7 +601,10 @@ def private_objective_perturbation(
         accountant=acct,
         label="objective-perturbation",
     )
-    b = gaussian_noise(sigma, p, rng=gen) if sigma > 0 else np.zeros(p)
+    if alpha > 0:
+        b = l2_laplace_noise(alpha, p, rng=gen)
+    else:
+        b = gaussian_noise(sigma, p, rng=gen) if sigma > 0 else np.zeros(p)
 
     def fun(theta: Array) -> float:
         d = theta - theta0
@@ -604,7 +652,10 @@ def private_objective_perturbation(
             stacklevel=2,
         )
     theta = solve.point
-    noise_out = gaussian_noise(sigma_out, p, rng=gen) if sigma_out > 0 else np.zeros(p)
+    if alpha_out > 0:
+        noise_out = l2_laplace_noise(alpha_out, p, rng=gen)
+    else:
+        noise_out = gaussian_noise(sigma_out, p, rng=gen) if sigma_out > 0 else np.zeros(p)
     release = theta + noise_out
     if C is not None:  # post-processing: the released point stays in C
         release = np.asarray(C.project(release), dtype=float)
@@ -618,6 +669,9 @@ def private_objective_perturbation(
         "inexact_fraction": inexact_fraction,
         "output_sigma": sigma_out,
         "output_sensitivity": sens_out,
+        "noise": "l2_laplace" if alpha > 0 else "gaussian",
+        "l2_laplace_alpha": alpha,
+        "output_l2_laplace_alpha": alpha_out,
         "n_samples": n,
     }
     diag: dict[str, Any] = {}
