@@ -225,6 +225,38 @@ def test_racing_processes_never_overspend(url: str) -> None:
     assert len({r.actor for r in history}) >= 1 and all("racer" == r.note for r in history)
 
 
+def _inherited_racer(acct: Any, queue: Any) -> None:
+    try:
+        ok = 0
+        for i in range(3):
+            try:
+                LaplaceMechanism.calibrate(STEP).release(0.0, rng=i, accountant=acct)
+                ok += 1
+            except BudgetExceededError:
+                pass
+        queue.put((ok, ""))
+    except BaseException as exc:
+        queue.put((0, repr(exc)))
+
+
+def test_accountant_inherited_through_fork_reconnects(url: str) -> None:
+    led = _new_ledger(url)
+    acct = led.accountant("shared")
+    acct.compose(LaplaceEvent(1 / STEP))  # the parent's connection is open while it forks
+    queue = _fork.Queue()
+    procs = [_fork.Process(target=_inherited_racer, args=(acct, queue)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=WAIT) for _ in procs]
+    for p in procs:
+        p.join(WAIT)
+    assert [err for _, err in results if err] == []
+    assert sum(ok for ok, _ in results) == 7  # 8 fit; the parent took one
+    assert acct.epsilon() == pytest.approx(1.0)  # and the parent's connection still works
+    with pytest.raises(BudgetExceededError):
+        acct.compose(LaplaceEvent(1 / STEP))
+
+
 def test_crash_after_record_leaves_the_spend_recorded(url: str) -> None:
     led = _new_ledger(url)
     assert _run_and_wait(_crash_after_record, url) == -signal.SIGKILL

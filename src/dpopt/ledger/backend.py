@@ -22,6 +22,9 @@ from dpopt.ledger.errors import LedgerError
 
 __all__ = ["Backend", "Transaction", "open_backend", "redact_url"]
 
+#: connections inherited through ``fork``: never used, closed or finalized by the child
+_INHERITED: list[Any] = []
+
 
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (safe to print)."""
@@ -106,8 +109,7 @@ class Backend(ABC):
     # --- shared -----------------------------------------------------------------------------------
     def _connection(self) -> Any:
         if self._pid != os.getpid():  # forked: the parent's connection is not ours to use or close
-            self._conn, self._pid = None, os.getpid()
-            self._lock = threading.RLock()
+            self._connection_reset_after_fork()  # (kept referenced: finalizing it would end the parent's session)
         if self._conn is None:
             try:
                 self._conn = self._connect()
@@ -172,10 +174,17 @@ class Backend(ABC):
 
     def close(self) -> None:
         """Close this process's connection (reopened on next use)."""
+        if self._pid != os.getpid():
+            self._connection_reset_after_fork()
+            return
         with self._lock:
-            if self._pid == os.getpid():
-                self._drop()
-            self._conn = None
+            self._drop()
+
+    def _connection_reset_after_fork(self) -> None:
+        if self._conn is not None:
+            _INHERITED.append(self._conn)
+        self._conn, self._pid = None, os.getpid()
+        self._lock = threading.RLock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
