@@ -48,6 +48,17 @@ def charging(accountant: Accountant) -> Iterator[Accountant]:
     experiment to a persistent ledger without each experiment passing ``accountant=`` along.
     A release refused by ``accountant`` (over its budget) raises and is not drawn.  Releases
     analysed under a neighbouring relation other than the accountant's are refused.
+
+    Examples
+    --------
+    >>> from dpopt.accounting import Budget, make_accountant
+    >>> from dpopt.mechanisms import LaplaceMechanism
+    >>> total = make_accountant("basic", budget=Budget(1.0))
+    >>> with charging(total):
+    ...     _ = LaplaceMechanism.calibrate(0.25).release(3.0, rng=0)   # no accountant= passed
+    ...     _ = LaplaceMechanism.calibrate(0.25).release(5.0, rng=1)
+    >>> total.epsilon()
+    0.5
     """
     acct = check_caller_accountant(accountant)
     if acct is None:

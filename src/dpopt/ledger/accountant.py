@@ -43,6 +43,20 @@ class LedgerAccountant(Accountant):
     releases -- by any process, at any time -- together with the new one would exceed the budget;
     otherwise the release is committed to the database before ``compose`` returns, i.e. before
     the caller draws noise.  A crash after that leaves the spend recorded.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from dpopt.accounting import Budget
+    >>> from dpopt.mechanisms import GaussianMechanism
+    >>> ledger = Ledger("sqlite:///" + os.path.join(tempfile.mkdtemp(), "l.db"), create=True)
+    >>> _ = ledger.add_dataset("visits", budget=Budget(1.0, 1e-6), neighbouring="replace_one")
+    >>> acct = ledger.accountant("visits", note="weekly report")
+    >>> mech = GaussianMechanism.calibrate(Budget(0.5, 1e-7), sensitivity=2.0)
+    >>> _ = mech.release([120.0, 80.0], rng=0, accountant=acct)
+    >>> _ = mech.release([130.0, 70.0], rng=1, accountant=acct)
+    >>> round(acct.epsilon(), 3), acct.recorded[-1][0]      # composed tightly, not 0.5 + 0.5
+    (0.644, 2)
     """
 
     kind = "ledger"
