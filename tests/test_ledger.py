@@ -261,6 +261,9 @@ def test_missing_ledger_is_not_created_without_create(tmp_path: Path) -> None:
     assert not (tmp_path / "absent.db").exists()
     with pytest.raises(InvalidParameterError, match="unsupported URL scheme"):
         Ledger("mysql://somewhere/db")
+    for bad in ("sqlite:///:memory:", "sqlite://", "sqlite://relative.db"):
+        with pytest.raises(InvalidParameterError, match="SQLite URL"):
+            Ledger(bad, create=True)
     with pytest.raises(InvalidParameterError, match="mode"):
         Ledger(f"sqlite:///{tmp_path / 'x.db'}?mode=rwx")
 

@@ -39,8 +39,11 @@ def sqlite_path(url: str) -> tuple[str, bool]:
                 "ledger: an SQLite URL is 'sqlite:///relative/path.db' or 'sqlite:////absolute/path.db'"
             )
         path = path[1:]
-    if not path:
-        raise InvalidParameterError("ledger: the SQLite URL names no file (e.g. 'sqlite:///ledger.db')")
+    if not path or path == ":memory:":
+        raise InvalidParameterError(
+            "ledger: the SQLite URL must name a file (e.g. 'sqlite:///ledger.db'); an in-memory ledger "
+            "would not outlive the process (use make_accountant for that)"
+        )
     opts = parse_qs(query)
     unknown = set(opts) - {"mode"}
     if unknown:
