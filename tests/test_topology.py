@@ -104,3 +104,58 @@ def test_split_rows_errors() -> None:
         split_rows(5, 10, rng=0)
     with pytest.raises(InvalidParameterError, match="how"):
         split_rows(100, 2, how="bogus", rng=0)  # type: ignore[arg-type]
+
+
+def test_complete_graph_is_implicit_and_cheap() -> None:
+    big = complete(20_000)  # 2·10^8 edges: never materialised
+    assert big.is_complete and big.n_edges == 20_000 * 19_999 // 2
+    assert big.degrees[:2].tolist() == [19_999, 19_999]
+    assert big.neighbours(3)[:4].tolist() == [0, 1, 2, 4]
+    assert big.algebraic_connectivity() == 20_000.0
+    small = complete(6)
+    explicit = from_edges(6, small.edges)
+    assert not explicit.is_complete and np.array_equal(explicit.degrees, small.degrees)
+    assert small.laplacian().toarray().tolist() == explicit.laplacian().toarray().tolist()
+    with pytest.raises(InvalidParameterError, match="no stored neighbour index"):
+        big.csr()
+
+
+def test_sparse_lanczos_connectivity_matches_dense_and_closed_forms() -> None:
+    n = 2_000
+    # 4 sin²(π/N) is the cancellation-free form of 2 - 2cos(2π/N)
+    assert ring(n).algebraic_connectivity() == pytest.approx(4 * math.sin(math.pi / n) ** 2, rel=1e-7)
+    g = random_geometric(450, 0.1, rng=3)
+    dense = float(np.linalg.eigvalsh(g.laplacian().toarray())[1])
+    assert g.algebraic_connectivity() == pytest.approx(dense, rel=1e-8)
+    path_grid = grid(30, 15)  # λ₂ of a grid is that of its longer path: 2 - 2cos(π/30)
+    assert path_grid.algebraic_connectivity() == pytest.approx(2 - 2 * math.cos(math.pi / 30), rel=1e-8)
+
+
+def test_summary_never_starts_an_eigen_solve() -> None:
+    t = erdos_renyi(50, 0.2, rng=1)
+    assert "algebraic_connectivity" not in t.summary()
+    assert "algebraic_connectivity" in t.summary(spectral=True)
+    assert t.summary()["algebraic_connectivity"] == t.algebraic_connectivity()  # cached now
+    assert "algebraic_connectivity" not in t.summary(spectral=False)
+
+
+def test_sparse_constructors_keep_the_seeded_graphs() -> None:
+    # the row-blocked Erdős–Rényi draw and the k-d tree geometric graph give the all-pairs graphs
+    g = np.random.default_rng(7)
+    iu, ju = np.triu_indices(40, k=1)
+    keep = g.random(iu.size) < 0.15
+    expected = np.stack([iu[keep], ju[keep]], axis=1)
+    assert np.array_equal(erdos_renyi(40, 0.15, rng=7).edges, expected)
+    g = np.random.default_rng(2)
+    pts = g.random((60, 2))
+    iu, ju = np.triu_indices(60, k=1)
+    close = np.linalg.norm(pts[iu] - pts[ju], axis=1) < 0.3
+    assert np.array_equal(random_geometric(60, 0.3, rng=2).edges, np.stack([iu[close], ju[close]], axis=1))
+
+
+def test_topology_pickles() -> None:
+    import pickle
+
+    for t in (ring(5), complete(7), erdos_renyi(20, 0.3, rng=0)):
+        u = pickle.loads(pickle.dumps(t))
+        assert u.name == t.name and np.array_equal(u.degrees, t.degrees) and u.is_complete == t.is_complete

@@ -99,8 +99,8 @@ def test_admm_baseline_audit(method: str, noise_rate: float, monkeypatch: pytest
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyClaimWarning)
         good = audit(run, y0, y1, n_runs=2000, rng=3, tests="threshold")
-        orig = node.l2_laplace_draw
-        monkeypatch.setattr(node, "l2_laplace_draw", lambda a, d, rng: orig(4 * a, d, rng))
+        orig = node.l2_laplace_block
+        monkeypatch.setattr(node, "l2_laplace_block", lambda rates, *a: orig(4 * rates, *a))
         bad = audit(run, y0, y1, n_runs=2000, rng=3, tests="threshold")
     assert not good.refutes(claim), str(good)
     assert bad.refutes(claim), f"claim {claim:.3f}\n{bad}"

@@ -258,9 +258,9 @@ def centralized_solution(
 # ----------------------------------------------------------------------------------------------
 
 
-def _xy_rows(x: Array, y: Array) -> Array:
-    """A node's rows y_n x_n as the shard program wants them (module level: runs in site workers)."""
-    return np.ascontiguousarray(y[:, None] * x)
+def _node_rows(x: Array, y: Array) -> tuple[Array, Array]:
+    """A node's (X_i, y_i) as the shard program wants them (module level: runs in site workers; no copy)."""
+    return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
 def _draw_key(g: np.random.Generator | SecureRNG | None) -> tuple[int, int]:
@@ -858,8 +858,8 @@ class PrivateADMM:
                         sites=tuple(sites[int(i)] for i in grp),
                         base=spec,
                         factory=_admm_node.make_shard,
-                        data_field="xy",
-                        to_rows=_xy_rows,
+                        data_field="data",
+                        to_rows=_node_rows,
                         diagnostics=site_diagnostics,
                     )
                     for grp, spec in zip(groups, specs, strict=True)
@@ -988,7 +988,7 @@ class PrivateADMM:
             "recoveries": recoveries,
             "sites": [s.name for s in sites] if sites is not None else None,
             "run_id": run_id,
-            **topo.summary(),
+            **topo.summary(spectral=None),  # never an eigen-solve after the noise
         }
         mean_loss = hist["loss"][:done].mean(axis=1)
         nonpriv = {k: v[:done] for k, v in hist.items()}
@@ -1098,36 +1098,43 @@ class PrivateADMM:
         topo = self.topology
         n = topo.n_nodes
         owner = np.empty(n, dtype=np.int64)
-        for s, grp in enumerate(groups):
-            owner[grp] = s
-        # boundary nodes of each shard (published), in increasing id order
-        boundary = []
-        for s, grp in enumerate(groups):
-            b = [int(i) for i in grp if np.any(owner[topo.neighbours(int(i))] != s)]
-            boundary.append(np.array(b, dtype=np.int64))
-        pos_in_boundary = [{node: r for r, node in enumerate(b.tolist())} for b in boundary]
-        specs, sources = [], []
+        for s_, grp in enumerate(groups):
+            owner[grp] = s_
         deg = topo.degrees.astype(float)
-        for s, grp in enumerate(groups):
-            local = {int(node): k for k, node in enumerate(grp.tolist())}
-            halo_nodes = sorted({int(j) for i in grp for j in topo.neighbours(int(i)) if owner[j] != s})
-            src = sorted({int(owner[j]) for j in halo_nodes})
-            halo_pos: dict[int, int] = {}
+        multi = len(groups) > 1
+        if topo.is_complete:
+            indptr = indices = np.zeros(0, dtype=np.int64)
+            on_boundary = np.full(n, multi)
+        else:
+            indptr, indices = topo.csr()
+            src_node = np.repeat(np.arange(n), np.diff(indptr))
+            cross = owner[src_node] != owner[indices]
+            on_boundary = np.zeros(n, dtype=bool)
+            on_boundary[src_node[cross]] = True  # (the graph is symmetric: both ends are marked)
+        # published rows of each shard: its boundary nodes, in increasing id order
+        published = [grp[on_boundary[grp]] for grp in groups]
+        specs, sources = [], []
+        for s_, grp in enumerate(groups):
+            if topo.is_complete:
+                halo = np.setdiff1d(np.arange(n), grp) if multi else np.zeros(0, dtype=np.int64)
+                nbr_indptr = nbr_indices = None
+            else:
+                lens = indptr[grp + 1] - indptr[grp]
+                take = np.repeat(indptr[grp] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(
+                    int(lens.sum())
+                )
+                nbrs = indices[take]
+                halo = np.unique(nbrs[owner[nbrs] != s_])
+            buffer_ids = np.union1d(grp, halo)
+            if not topo.is_complete:
+                nbr_indices = np.searchsorted(buffer_ids, nbrs).astype(np.int64)
+                nbr_indptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+            src = np.unique(owner[halo]).tolist()
             halo_from = []
-            offset = len(grp)
             for p, src_shard in enumerate(src):
-                nodes_here = [j for j in halo_nodes if owner[j] == src_shard]
-                rows = np.array([pos_in_boundary[src_shard][j] for j in nodes_here], dtype=np.int64)
-                halo_from.append((p, rows))
-                for j in nodes_here:
-                    halo_pos[j] = offset
-                    offset += 1
-            nbr_index: list[int] = []
-            nbr_ptr: list[int] = []
-            for i in grp.tolist():
-                nbr_ptr.append(len(nbr_index))
-                for j in topo.neighbours(int(i)).tolist():
-                    nbr_index.append(local[j] if j in local else halo_pos[j])
+                here = halo[owner[halo] == src_shard]
+                rows = np.searchsorted(published[src_shard], here).astype(np.int64)
+                halo_from.append((p, rows, np.searchsorted(buffer_ids, here).astype(np.int64)))
             init_models = None
             init_kind = self.init if isinstance(self.init, str) else "given"
             if not isinstance(self.init, str):
@@ -1135,14 +1142,16 @@ class PrivateADMM:
             specs.append(
                 ShardSpec(
                     nodes=grp,
-                    xy=()  # sites: filled in by the worker that hosts them
+                    data=()  # sites: filled in by the worker that hosts them
                     if xs is None or ys is None
-                    else tuple(_xy_rows(xs[i], ys[i]) for i in grp.tolist()),
+                    else tuple(_node_rows(xs[i], ys[i]) for i in grp.tolist()),
                     degrees=deg[grp],
-                    nbr_index=np.array(nbr_index, dtype=np.int64),
-                    nbr_ptr=np.array(nbr_ptr, dtype=np.int64),
+                    n_buffer=int(buffer_ids.size),
+                    own_pos=np.searchsorted(buffer_ids, grp).astype(np.int64),
+                    nbr_indptr=nbr_indptr,
+                    nbr_indices=nbr_indices,
                     halo_from=tuple(halo_from),
-                    boundary=np.array([local[int(i)] for i in boundary[s].tolist()], dtype=np.int64),
+                    boundary=np.flatnonzero(on_boundary[grp]).astype(np.int64),
                     penalty=np.ascontiguousarray(self._penalty[:, grp]),
                     theta=np.ascontiguousarray(self._theta[:, grp]),
                     noise_rate=None if alpha is None else np.ascontiguousarray(alpha[:, grp]),
@@ -1158,6 +1167,7 @@ class PrivateADMM:
                     dim=dim,
                     solve_tol=self.solve_tol,
                     inexact_rate=None if inexact is None else np.ascontiguousarray(inexact[:, grp]),
+                    complete=topo.is_complete,
                 )
             )
             sources.append(tuple(src))

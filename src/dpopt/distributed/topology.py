@@ -16,13 +16,16 @@ engines of :mod:`dpopt.distributed.engines`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import scipy.sparse
+import scipy.sparse.csgraph
+import scipy.sparse.linalg
 from numpy.typing import NDArray
+from scipy.spatial import cKDTree
 
-from dpopt._validation import check_int, check_positive, check_probability
+from dpopt._validation import check_int, check_memory, check_positive, check_probability
 from dpopt.exceptions import InvalidParameterError
 from dpopt.randomness import RNGLike, as_generator
 
@@ -41,48 +44,70 @@ __all__ = [
 ]
 
 IntArray = NDArray[np.int64]
+Array = NDArray[np.float64]
 
 
-@dataclass(frozen=True, eq=False)
 class Topology:
-    """An undirected connected graph on nodes ``0 .. n_nodes-1``.
+    """An undirected connected graph on nodes ``0 .. n_nodes-1`` (immutable).
 
-    Build it with one of the module's constructors (or directly from a validated edge array).
+    Build it with one of the module's constructors, or ``Topology(n_nodes, edges, name)`` from an
+    edge array.  Everything is stored in O(N + |E|): the edge list and a compressed (CSR)
+    neighbour index; the complete graph :func:`complete` is represented implicitly (no edge list, no
+    N x N array), so K_N is cheap for any N.  Spectral quantities (:meth:`algebraic_connectivity`)
+    are computed only on request, by sparse Lanczos for large graphs, and cached.
 
     Attributes
     ----------
     n_nodes : int
         Number of nodes ``N`` (at least 2).
     edges : ndarray of shape (n_edges, 2)
-        Each undirected edge once, as ``(i, j)`` with ``i < j``, sorted lexicographically (read-only).
+        Each undirected edge once, as ``(i, j)`` with ``i < j``, sorted lexicographically (read-only;
+        materialised on access for the implicit complete graph).
     name : str
         Short description, e.g. ``"ring(5)"``.
+    is_complete : bool
+        True for the implicitly represented complete graph.
     """
 
-    n_nodes: int
-    edges: IntArray = field(repr=False)
-    name: str = "graph"
-    _neighbours: tuple[IntArray, ...] = field(init=False, repr=False)
+    __slots__ = ("_cache", "_edges", "_indices", "_indptr", "is_complete", "n_nodes", "name")
 
-    def __post_init__(self) -> None:
-        n = check_int(self.n_nodes, "n_nodes", minimum=2)
-        e = _canonical_edges(self.edges, n)
-        object.__setattr__(self, "n_nodes", n)
-        object.__setattr__(self, "edges", e)
-        nbrs: list[list[int]] = [[] for _ in range(n)]
-        for i, j in e.tolist():
-            nbrs[i].append(j)
-            nbrs[j].append(i)
-        frozen = []
-        for lst in nbrs:
-            a = np.array(sorted(lst), dtype=np.int64)
+    n_nodes: int
+    name: str
+    is_complete: bool
+    _edges: IntArray | None
+    _indptr: IntArray | None
+    _indices: IntArray | None
+    _cache: dict[str, Any]
+
+    def __init__(self, n_nodes: int, edges: Any = None, name: str = "graph", *, _complete: bool = False) -> None:
+        n = check_int(n_nodes, "n_nodes", minimum=2)
+        set_ = object.__setattr__
+        set_(self, "n_nodes", n)
+        set_(self, "name", str(name))
+        set_(self, "is_complete", bool(_complete))
+        set_(self, "_cache", {})
+        if _complete:
+            set_(self, "_edges", None)
+            set_(self, "_indptr", None)
+            set_(self, "_indices", None)
+            return
+        if edges is None:
+            raise InvalidParameterError("edges: expected an array of shape (n_edges, 2)")
+        e = _canonical_edges(edges, n)
+        set_(self, "_edges", e)
+        both = np.concatenate([e, e[:, ::-1]]) if e.shape[0] else np.zeros((0, 2), dtype=np.int64)
+        order = np.lexsort((both[:, 1], both[:, 0]))
+        indices = np.ascontiguousarray(both[order, 1])
+        counts = np.bincount(both[:, 0], minlength=n)
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        for a in (indices, indptr):
             a.setflags(write=False)
-            frozen.append(a)
-        object.__setattr__(self, "_neighbours", tuple(frozen))
-        isolated = [i for i in range(n) if len(nbrs[i]) == 0]
-        if isolated:
+        set_(self, "_indptr", indptr)
+        set_(self, "_indices", indices)
+        isolated = np.flatnonzero(counts == 0)
+        if isolated.size:
             raise InvalidParameterError(
-                f"topology: {len(isolated)} node(s) have no neighbour (first: node {isolated[0]}); "
+                f"topology: {isolated.size} node(s) have no neighbour (first: node {int(isolated[0])}); "
                 "every node must be connected to the network"
             )
         n_comp = _n_components(n, e)
@@ -92,53 +117,144 @@ class Topology:
                 "network — add edges or use a connected constructor"
             )
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Topology is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("Topology is immutable")
+
+    def __reduce__(self) -> Any:
+        if self.is_complete:
+            return (complete, (self.n_nodes,))
+        return (Topology, (self.n_nodes, self._edges, self.name))
+
     @property
     def n_edges(self) -> int:
         """Number of undirected edges ``|E|``."""
-        return int(self.edges.shape[0])
+        if self.is_complete:
+            return self.n_nodes * (self.n_nodes - 1) // 2
+        assert self._edges is not None
+        return int(self._edges.shape[0])
+
+    @property
+    def edges(self) -> IntArray:
+        """The edge list (for the implicit complete graph: built on access, refused when huge)."""
+        if self._edges is not None:
+            return self._edges
+        e = self._cache.get("edges")
+        if e is None:
+            check_memory(16.0 * self.n_edges, f"the edge list of {self.name}", fix="use neighbours(i) or csr()")
+            i, j = np.triu_indices(self.n_nodes, k=1)
+            e = np.stack([i, j], axis=1).astype(np.int64)
+            e.setflags(write=False)
+            self._cache["edges"] = e
+        return e
+
+    def csr(self) -> tuple[IntArray, IntArray]:
+        """``(indptr, indices)``: node i's sorted neighbours are ``indices[indptr[i]:indptr[i+1]]``.
+
+        Not available for the implicit complete graph (use :meth:`neighbours`).
+        """
+        if self.is_complete:
+            raise InvalidParameterError(f"{self.name}: the complete graph has no stored neighbour index")
+        assert self._indptr is not None and self._indices is not None
+        return self._indptr, self._indices
 
     def neighbours(self, i: int) -> IntArray:
         """Sorted neighbours of node ``i`` (excluding ``i``)."""
-        return self._neighbours[i]
+        i = int(i)
+        if not 0 <= i < self.n_nodes:
+            raise InvalidParameterError(f"node: must lie in [0, {self.n_nodes - 1}]")
+        if self.is_complete:
+            a = np.delete(np.arange(self.n_nodes, dtype=np.int64), i)
+            a.setflags(write=False)
+            return a
+        indptr, indices = self.csr()
+        return indices[indptr[i] : indptr[i + 1]]
 
     @property
     def degrees(self) -> IntArray:
         """``V_i = |neighbours(i)|`` for every node."""
-        return np.array([len(a) for a in self._neighbours], dtype=np.int64)
+        if self.is_complete:
+            return np.full(self.n_nodes, self.n_nodes - 1, dtype=np.int64)
+        indptr, _ = self.csr()
+        return np.diff(indptr)
 
-    def adjacency(self) -> NDArray[np.float64]:
-        """Dense symmetric 0/1 adjacency matrix ``A``."""
-        a = np.zeros((self.n_nodes, self.n_nodes))
-        a[self.edges[:, 0], self.edges[:, 1]] = 1.0
-        a[self.edges[:, 1], self.edges[:, 0]] = 1.0
-        return a
+    def adjacency(self) -> scipy.sparse.csr_array:
+        """Sparse (CSR) symmetric 0/1 adjacency matrix ``A`` (O(|E|) memory)."""
+        n = self.n_nodes
+        if self.is_complete:
+            check_memory(12.0 * n * n, f"the adjacency matrix of {self.name}", fix="use degrees / neighbours")
+            a = np.ones((n, n))
+            np.fill_diagonal(a, 0.0)
+            return scipy.sparse.csr_array(a)
+        indptr, indices = self.csr()
+        return scipy.sparse.csr_array((np.ones(indices.size), indices, indptr), shape=(n, n))
 
-    def laplacian(self) -> NDArray[np.float64]:
-        """Graph Laplacian ``D - A``."""
+    def laplacian(self) -> scipy.sparse.csr_array:
+        """Sparse (CSR) graph Laplacian ``D - A``."""
         a = self.adjacency()
-        return np.diag(a.sum(axis=1)) - a
+        return scipy.sparse.csr_array(scipy.sparse.diags_array(self.degrees.astype(float)) - a)
 
     def algebraic_connectivity(self) -> float:
         """Second-smallest eigenvalue of ``D - A`` (its smallest non-zero singular value): > 0 iff connected.
 
-        Enters M-ADMM's convergence rate (spec §4.3).
+        Enters M-ADMM's convergence rate (spec §4.3).  Computed on request and cached: exactly for
+        the complete graph (N) and for small graphs (dense, N <= 400), else by shift-invert Lanczos
+        (:func:`scipy.sparse.linalg.eigsh` on the sparse Laplacian, O(|E|) memory plus the sparse
+        factor).
         """
-        return float(np.linalg.eigvalsh(self.laplacian())[1])
+        val = self._cache.get("algebraic_connectivity")
+        if val is None:
+            val = _algebraic_connectivity(self)
+            self._cache["algebraic_connectivity"] = val
+        return float(val)
 
-    def summary(self) -> dict[str, Any]:
-        """Public description: name, N, |E|, degree range and algebraic connectivity."""
+    def summary(self, spectral: bool | None = None) -> dict[str, Any]:
+        """Public description: name, N, |E|, degree range and (see ``spectral``) algebraic connectivity.
+
+        ``spectral=None`` (default) includes the algebraic connectivity only if it was already
+        computed (so a summary never starts an eigen-solve); ``True`` computes it; ``False`` omits it.
+        """
         deg = self.degrees
-        return {
+        out: dict[str, Any] = {
             "topology": self.name,
             "n_nodes": self.n_nodes,
             "n_edges": self.n_edges,
             "min_degree": int(deg.min()),
             "max_degree": int(deg.max()),
-            "algebraic_connectivity": self.algebraic_connectivity(),
         }
+        if spectral or (spectral is None and "algebraic_connectivity" in self._cache):
+            out["algebraic_connectivity"] = self.algebraic_connectivity()
+        return out
 
     def __repr__(self) -> str:
         return f"Topology({self.name}, n_nodes={self.n_nodes}, n_edges={self.n_edges})"
+
+
+def _algebraic_connectivity(t: Topology) -> float:
+    n = t.n_nodes
+    if t.is_complete:
+        return float(n)
+    lap = t.laplacian()
+    if n <= 400:
+        return float(np.linalg.eigvalsh(lap.toarray())[1])
+    # Lanczos on the pseudo-inverse L⁺ (largest eigenvalue 1/λ₂): L⁺b for b ⊥ 1 solves the grounded
+    # (last node removed, positive definite) Laplacian by a sparse LU and removes the mean
+    solve = scipy.sparse.linalg.factorized(lap[:-1, :-1].tocsc())
+
+    def pinv(b: Array) -> Array:
+        b = np.ravel(b)
+        b = b - b.mean()
+        x = np.append(solve(b[:-1]), 0.0)
+        return x - x.mean()
+
+    op = scipy.sparse.linalg.LinearOperator((n, n), matvec=pinv, dtype=np.float64)
+    top = scipy.sparse.linalg.eigsh(
+        op, k=1, which="LA", return_eigenvectors=False, v0=np.cos(np.arange(n) + 0.5), tol=1e-12,
+        maxiter=10_000,
+    )
+    return float(1.0 / top[0])
 
 
 def _canonical_edges(edges: Any, n: int) -> IntArray:
@@ -166,19 +282,8 @@ def _canonical_edges(edges: Any, n: int) -> IntArray:
 
 
 def _n_components(n: int, e: IntArray) -> int:
-    parent = list(range(n))
-
-    def find(a: int) -> int:
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        return a
-
-    for i, j in e.tolist():
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[ri] = rj
-    return len({find(i) for i in range(n)})
+    g = scipy.sparse.coo_array((np.ones(e.shape[0]), (e[:, 0], e[:, 1])), shape=(n, n))
+    return int(scipy.sparse.csgraph.connected_components(g, directed=False, return_labels=False))
 
 
 def _is_connected(n: int, e: IntArray) -> bool:
@@ -205,10 +310,9 @@ def from_edges(n_nodes: int, edges: Iterable[Sequence[int]] | NDArray[Any], *, n
 
 
 def complete(n_nodes: int) -> Topology:
-    """The complete graph K_N (every pair connected)."""
+    """The complete graph K_N (every pair connected), represented implicitly (O(1) memory)."""
     n = check_int(n_nodes, "n_nodes", minimum=2)
-    i, j = np.triu_indices(n, k=1)
-    return Topology(n, np.stack([i, j], axis=1), f"complete({n})")
+    return Topology(n, None, f"complete({n})", _complete=True)
 
 
 def ring(n_nodes: int) -> Topology:
@@ -282,11 +386,25 @@ def erdos_renyi(n_nodes: int, p: float, *, rng: RNGLike, max_tries: int = 1000) 
     n = check_int(n_nodes, "n_nodes", minimum=2)
     prob = check_probability(p, "p", open_left=True, open_right=False)
     g = as_generator(rng)
-    iu, ju = np.triu_indices(n, k=1)
+    check_memory(24.0 * prob * n * (n - 1) / 2, f"erdos_renyi({n}, {prob:g}): the edge list", fix="lower p")
 
     def draw() -> IntArray:
-        keep = g.random(iu.size) < prob
-        return np.stack([iu[keep], ju[keep]], axis=1)
+        # the same uniforms as one draw over the upper triangle in row-major order, taken row block by
+        # row block so that memory stays O(N + |E|)
+        parts = []
+        start = 0
+        while start < n - 1:
+            stop = start + 1
+            while stop < n - 1 and (stop - start) * (n - start) < 4_000_000:
+                stop += 1
+            rows = np.arange(start, stop)
+            lens = n - 1 - rows
+            keep = g.random(int(lens.sum())) < prob
+            iu = np.repeat(rows, lens)
+            ju = np.arange(lens.sum()) - np.repeat(np.cumsum(lens) - lens, lens) + iu + 1
+            parts.append(np.stack([iu[keep], ju[keep]], axis=1))
+            start = stop
+        return np.concatenate(parts).astype(np.int64)
 
     e = _resample_until_connected(draw, n, check_int(max_tries, "max_tries"), "erdos_renyi")
     return Topology(n, e, f"erdos_renyi({n}, {prob:g})")
@@ -300,13 +418,13 @@ def random_geometric(n_nodes: int, radius: float, *, rng: RNGLike, max_tries: in
     n = check_int(n_nodes, "n_nodes", minimum=2)
     r = check_positive(radius, "radius")
     g = as_generator(rng)
-    iu, ju = np.triu_indices(n, k=1)
 
     def draw() -> IntArray:
         pts = g.random((n, 2))
-        dist = np.linalg.norm(pts[iu] - pts[ju], axis=1)
-        keep = dist < r
-        return np.stack([iu[keep], ju[keep]], axis=1)
+        pairs = cKDTree(pts).query_pairs(r * (1 + 1e-9), output_type="ndarray").astype(np.int64)
+        pairs = np.sort(pairs.reshape(-1, 2), axis=1)
+        dist = np.linalg.norm(pts[pairs[:, 0]] - pts[pairs[:, 1]], axis=1)
+        return pairs[dist < r]  # the same test as the all-pairs definition
 
     e = _resample_until_connected(draw, n, check_int(max_tries, "max_tries"), "random_geometric")
     return Topology(n, e, f"random_geometric({n}, {r:g})")
