@@ -24,6 +24,7 @@ The algorithm is written as per-node steps (:mod:`dpopt.distributed._admm_node`)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -51,9 +52,10 @@ from dpopt.accounting import (
 from dpopt.distributed import _admm_node
 from dpopt.distributed._admm_node import LocalSolveError, ShardSpec, logistic_newton
 from dpopt.distributed.admm_privacy import (
-    LOGISTIC_C1,
     calibrate_noise_rate,
+    default_problem,
     exact_solve_note,
+    loss_constants,
     pp_privacy_bound,
     pp_privacy_bound_geometric,
     primal_privacy_bound,
@@ -67,9 +69,11 @@ from dpopt.exceptions import (
     BoundsViolationError,
     BudgetExceededError,
     InvalidParameterError,
+    MissingDataBoundsError,
     PrivacyClaimWarning,
 )
 from dpopt.iteration import Callback, IterationInfo, deprecated_alias, notify
+from dpopt.problems import ERMProblem
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
 
 __all__ = [
@@ -205,7 +209,9 @@ class ADMMResult:
 # ----------------------------------------------------------------------------------------------
 
 
-def _check_data(data: Sequence[tuple[Any, Any]], n_nodes: int) -> tuple[list[Array], list[Array], int]:
+def _check_data(
+    data: Sequence[tuple[Any, Any]], n_nodes: int, classification: bool = True
+) -> tuple[list[Array], list[Array], int]:
     if isinstance(data, tuple) and len(data) == 2 and not isinstance(data[0], tuple):
         raise InvalidParameterError("data: expected one (X_i, y_i) pair per node, not a single (X, y)")
     data = list(data)
@@ -230,12 +236,20 @@ def _check_data(data: Sequence[tuple[Any, Any]], n_nodes: int) -> tuple[list[Arr
             raise InvalidParameterError(
                 f"data: node {i} has {x.shape[1]} features but node 0 has {dim}; all nodes must share one feature space"
             )
-        if not np.all(np.abs(y) == 1.0):
+        if classification and not np.all(np.abs(y) == 1.0):
             raise InvalidParameterError(f"data: labels of node {i} must be -1 or +1")
         xs.append(np.ascontiguousarray(x, dtype=np.float64))
         ys.append(y.astype(np.float64))
     assert dim is not None
     return xs, ys, dim
+
+
+def _clip_rows(x: Array, bound: float) -> Array:
+    """Rows projected onto the l2 ball of radius ``bound`` (a per-record map; copies only if needed)."""
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    if not np.any(norms > bound):
+        return x
+    return np.asarray(x * (bound / np.maximum(norms, bound))[:, None])
 
 
 def centralized_solution(
@@ -258,9 +272,11 @@ def centralized_solution(
 # ----------------------------------------------------------------------------------------------
 
 
-def _node_rows(x: Array, y: Array) -> tuple[Array, Array]:
-    """A node's (X_i, y_i) as the shard program wants them (module level: runs in site workers; no copy)."""
-    return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+def _node_rows(x: Array, y: Array, bound: float = math.inf) -> tuple[Array, Array]:
+    """A node's (X_i, y_i) as the shard program wants them, rows clipped to ``bound`` (module level: runs in
+    site workers; no copy unless clipping is needed)."""
+    xa = np.asarray(x, dtype=np.float64)
+    return (_clip_rows(xa, bound) if bound < math.inf else xa), np.asarray(y, dtype=np.float64)
 
 
 def _draw_key(g: np.random.Generator | SecureRNG | None) -> tuple[int, int]:
@@ -372,8 +388,9 @@ class PrivateADMM:
         is the deprecated old name.
     loss_weight : float, default 1.0
         C; must satisfy C <= B_i for every node.
-    reg : float, default 1e-2
-        ρ (R(f) = ½‖f‖², split as ρ/N per node).
+    reg : float, optional
+        ρ (R(f) = ½‖f‖², split as ρ/N per node); default 1e-2.  Not with ``problem`` (use its
+        ``l2_penalty``).
     budget : Budget, optional
         Privacy budget (pure ε; replace-one neighbours).  The run refuses (before drawing noise) when
         the bound P(T) would exceed it.
@@ -398,6 +415,15 @@ class PrivateADMM:
         extra l2-Laplace output noise of rate β_i(t) = f·ΔP_i(t)·μ_i(t)/(2·solve_tol), so each round
         costs (1 + f) times the exact-solve bound's increment ΔP_i(t).  ``0`` reproduces the paper's
         exact-solve bound (which then does not cover what is computed; warned).
+    problem : ERMProblem, optional
+        The loss and declared data bounds (:mod:`dpopt.problems`): ``"logistic"`` (default, with
+        ``DataBounds(feature_norm=1.0)``: the seed's setting), ``"smooth_hinge"`` or ``"squared"``
+        (non-private methods only: Thm 4.1 needs a bounded |𝓛'|), no constraint set, and
+        ``l2_penalty`` λ > 0, used as ρ = C·N·λ so that for even splits Z(1) is C·N times the
+        problem's objective (1/n)Σℓ + (λ/2)‖f‖².  The privacy constants come from the declared bounds:
+        c₁ = sup φ''·X², G = sup |φ'|·X with X = ``bounds.feature_norm`` (see
+        :func:`~dpopt.distributed.admm_privacy.loss_constants`); rows above X are refused (or clipped
+        with ``DataBounds(clip=True)``).
 
     Examples
     --------
@@ -421,8 +447,9 @@ class PrivateADMM:
     **Privacy** (methods ``"pp"``, ``"dvp"``, ``"primal"``).
 
     *Guarantee*: pure ε-DP with ε = P(T) = max_i P_i(T) under replace-one neighbours (one record of
-    one node changes; node sizes B_i public).  For PP/DVP, P_i(t) = Σ_{r<=t} C(1.4c₁ + α_i(r)) /
-    (η_i(r) V_i B_i) (Thm 4.1, Z(26)); for ``"primal"``, P_i(t) = Σ_{r<=t} α_i(r)·2C/(B_i(ρ/N + 2η_i(r)V_i))
+    one node changes; node sizes B_i public).  For PP/DVP, P_i(t) = Σ_{r<=t} C(1.4c₁ + G·α_i(r)) /
+    (η_i(r) V_i B_i) (Thm 4.1, Z(26); G = 1 for the seed); for ``"primal"``, P_i(t) = Σ_{r<=t}
+    α_i(r)·2CG/(B_i(ρ/N + 2η_i(r)V_i))
     (output perturbation of a strongly convex solve, basic composition).  The ledger is computed for
     every round and reported per node and as the worst case.
 
@@ -431,8 +458,10 @@ class PrivateADMM:
     ``nonprivate_history`` diagnostics (losses, gradient norms), re-runs or hyper-parameter searches
     on the same data, data-adaptive penalties, data-dependent preprocessing (e.g. column maxima).
 
-    *Assumptions* (A5), checked at run time: ‖x‖₂ <= 1 for every row; y ∈ {±1}; the logistic loss
-    (|𝓛'| <= 1, 0 < 𝓛'' <= c₁ = 1/4); R = ½‖f‖² (1-strongly convex); θ_i(r) <= η_i(r) and the
+    *Assumptions* (A5), checked at run time: ‖x‖₂ <= X (the declared ``problem.bounds.feature_norm``,
+    1 by default) for every row; y ∈ {±1}; a loss with |𝓛'| <= g and 0 <= 𝓛'' <= c (logistic: g = 1,
+    c = 1/4; smooth hinge: g = 1, c = 1/h), entering the bound as c₁ = cX² and G = gX (the seed's
+    bound is the case X = g = 1); R = ½‖f‖² (1-strongly convex); θ_i(r) <= η_i(r) and the
     θ-condition 2c₁ < (B_i/C)(ρ/N + 2θ_min V_i) for every i; C <= B_i; f_i(0) data independent;
     penalties, θ and noise rates fixed before the run (``"primal"`` needs only the row-norm and label
     assumptions, the loss-derivative bound and exact solves).  Exactness (A3): the bound assumes exact local
@@ -470,7 +499,7 @@ class PrivateADMM:
         noise_rate: Any = None,
         max_iter: int | None = None,
         loss_weight: float = 1.0,
-        reg: float = 1e-2,
+        reg: float | None = None,
         budget: Budget | None = None,
         noise_ratio: float = 1.0,
         init: str | ArrayLike = "zeros",
@@ -481,6 +510,7 @@ class PrivateADMM:
         solve_tol: float = 1e-9,
         inexact_fraction: float = 0.01,
         n_rounds: int | None = None,
+        problem: ERMProblem | None = None,
     ) -> None:
         if not isinstance(topology, Topology):
             raise InvalidParameterError("topology: expected a dpopt.distributed.topology.Topology")
@@ -507,7 +537,34 @@ class PrivateADMM:
             fix="use fewer rounds",
         )
         self.loss_weight = check_positive(loss_weight, "loss_weight")
-        self.reg = check_positive(reg, "reg")
+        if problem is None:
+            #: the problem solved (default: the seed's logistic loss, ‖x‖₂ <= 1, ρ = ``reg``)
+            self.problem = default_problem(1e-2 if reg is None else check_positive(reg, "reg"))
+            self.reg = self.problem.l2_penalty
+        else:
+            if not isinstance(problem, ERMProblem):
+                raise InvalidParameterError("problem: expected a dpopt.problems.ERMProblem")
+            if reg is not None:
+                raise InvalidParameterError(
+                    "reg: give the regulariser as problem.l2_penalty (ρ = C·N·l2_penalty) when passing a problem"
+                )
+            if problem.constraint is not None:
+                raise InvalidParameterError(
+                    "problem.constraint: private ADMM solves unconstrained problems (its bound has no projection "
+                    "step); use constraint=None"
+                )
+            if problem.l2_penalty <= 0:
+                raise InvalidParameterError(
+                    "problem.l2_penalty: must be > 0 (the privacy bound and the convergence theory need the "
+                    "strongly convex l2 regulariser)"
+                )
+            self.problem = problem
+            # Z(1) with B_i = n/N equals C·N·[(1/n)Σℓ + (λ/2)‖f‖²] when ρ = C·N·λ: the problem's objective
+            self.reg = self.loss_weight * topology.n_nodes * problem.l2_penalty
+        self._consts = loss_constants(self.problem, self.problem.dim or 1)
+        if method in _PRIVATE and self._consts.covered:
+            err = MissingDataBoundsError if "not declared" in self._consts.covered else InvalidParameterError
+            raise err(f"method {method!r}: " + self._consts.covered)
         self.budget = budget
         self.noise_ratio = check_positive(noise_ratio, "noise_ratio")
         self.mode = mode
@@ -572,9 +629,12 @@ class PrivateADMM:
         """The seed's (T, N) ledger for exact local minimisers (Thm 4.1, or basic composition)."""
         deg = self.topology.degrees
         if self.method in ("pp", "dvp"):
-            return pp_privacy_bound(self._penalty, alpha, deg, sizes, self.loss_weight)
+            return pp_privacy_bound(
+                self._penalty, alpha, deg, sizes, self.loss_weight, self._consts.c1, self._consts.lipschitz
+            )
         return primal_privacy_bound(
-            self._penalty, alpha, deg, sizes, self.loss_weight, self.reg / self.topology.n_nodes
+            self._penalty, alpha, deg, sizes, self.loss_weight, self.reg / self.topology.n_nodes,
+            self._consts.lipschitz,
         )
 
     def _inexact_rate_table(self, sizes: Array, alpha: Array) -> Array | None:
@@ -601,6 +661,8 @@ class PrivateADMM:
             loss_weight=self.loss_weight,
             method=self.method,  # type: ignore[arg-type]
             reg_per_node=self.reg / n,
+            c1=self._consts.c1,
+            lipschitz=self._consts.lipschitz,
         )
         return np.full((t_, n), a1) * self.noise_ratio ** np.arange(t_)[:, None]
 
@@ -611,7 +673,11 @@ class PrivateADMM:
         deg = self.topology.degrees.astype(float)
         c = self.loss_weight
         if not norms_ok:
-            fails.append("a feature row has l2 norm > 1 (the bound needs ‖x‖₂ <= 1; normalise rows)")
+            xb = self._consts.feature_norm
+            fails.append(
+                f"a feature row has l2 norm > {xb:g} (the bound needs ‖x‖₂ <= problem.bounds.feature_norm; "
+                "normalise rows or declare DataBounds(..., clip=True))"
+            )
         if self.method == "primal":
             return fails  # output perturbation needs only the norm bound (and exact solves)
         if np.any(c > sizes):
@@ -622,7 +688,7 @@ class PrivateADMM:
             fails.append("θ_i(r) > η_i(r) for some node and round (needs θ <= η_i(t))")
         theta_min = self._theta.min(axis=0)
         lhs = (sizes / c) * (self.reg / self.topology.n_nodes + 2.0 * theta_min * deg)
-        if np.any(2 * LOGISTIC_C1 >= lhs):
+        if np.any(2 * self._consts.c1 >= lhs):
             fails.append("θ-condition 2c₁ < (B_i/C)(ρ/N + 2θV_i) fails for some node")
         return fails
 
@@ -716,17 +782,27 @@ class PrivateADMM:
         topo = self.topology
         n = topo.n_nodes
         sites = as_sites(data)
+        xb = self._consts.feature_norm
+        clip_to = xb if self.problem.bounds.clip and math.isfinite(xb) else math.inf
         xs: list[Array] | None = None
         ys: list[Array] | None = None
         eng: Engine | None = None
         own_engine = not isinstance(engine, Engine)
         placement: list[dict[str, float]] | None = None
         if sites is None:
-            xs, ys, dim = _check_data(data, n)  # type: ignore[arg-type]
+            xs, ys, dim = _check_data(data, n, self._consts.classification)  # type: ignore[arg-type]
+            if self.problem.bounds.norm == "linf":  # the l2 bound used by the theorem depends on d
+                self._consts = loss_constants(self.problem, dim)
+            if clip_to < math.inf:
+                xs = [_clip_rows(x, clip_to) for x in xs]
             sizes = np.array([x.shape[0] for x in xs], dtype=float)
-            norms_ok = max(float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) for x in xs) <= 1.0 + _NORM_TOL
+            norms_ok = max(float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) for x in xs) <= xb * (1.0 + _NORM_TOL)
         elif len(sites) != n:
             raise InvalidParameterError(f"data: expected {n} sites (one per node), got {len(sites)}")
+        elif self.problem.bounds.norm == "linf":
+            raise InvalidParameterError(
+                "problem.bounds: with sites declare the feature bound in l2 (norm='l2'); an l∞ bound needs d first"
+            )
         status = "completed"
         recoveries = 0
         try:
@@ -739,7 +815,10 @@ class PrivateADMM:
                 placement = [{sites[int(i)].resource: 1.0 for i in grp} for grp in groups]
                 eng = make_engine(engine)
                 probe = [
-                    SiteShardSpec(sites=tuple(sites[int(i)] for i in grp), norm_bound=1.0 + _NORM_TOL)
+                    SiteShardSpec(
+                        sites=tuple(sites[int(i)] for i in grp),
+                        norm_bound=xb * (1.0 + _NORM_TOL) if clip_to == math.inf else math.inf,
+                    )
                     for grp in groups
                 ]
                 eng.start(make_site_shard, probe, [()] * len(groups), placement=placement)
@@ -794,7 +873,8 @@ class PrivateADMM:
                 )
                 notes.append("node-dependent θ: the consensual limit is biased (Σλ_i ≠ 0)")
             dominance = float(
-                (2.0 * self._penalty * topo.degrees[None, :]).max() / (self.loss_weight * LOGISTIC_C1)
+                (2.0 * self._penalty * topo.degrees[None, :]).max()
+                / (self.loss_weight * max(self._consts.c1, 1e-300))
             )
             if dominance > 1e8:
                 notes.append(
@@ -859,7 +939,7 @@ class PrivateADMM:
                         base=spec,
                         factory=_admm_node.make_shard,
                         data_field="data",
-                        to_rows=_node_rows,
+                        to_rows=functools.partial(_node_rows, bound=clip_to),
                         diagnostics=site_diagnostics,
                     )
                     for grp, spec in zip(groups, specs, strict=True)
@@ -976,7 +1056,10 @@ class PrivateADMM:
             if private
             else None,
             "noise_rate_initial": float(alpha[0].min()) if alpha is not None else None,
-            "c1": LOGISTIC_C1,
+            "loss": self._consts.loss if self._consts.loss != "smooth_hinge" else f"smooth_hinge({self._consts.loss_param:g})",
+            "c1": self._consts.c1,
+            "lipschitz": self._consts.lipschitz,
+            "feature_norm": self._consts.feature_norm,
             "local_tol": self.local_tol,
             "solve_tol": self.solve_tol,
             "inexact_fraction": self.inexact_fraction,
@@ -1168,6 +1251,8 @@ class PrivateADMM:
                     solve_tol=self.solve_tol,
                     inexact_rate=None if inexact is None else np.ascontiguousarray(inexact[:, grp]),
                     complete=topo.is_complete,
+                    loss=self._consts.loss,
+                    loss_param=self._consts.loss_param,
                 )
             )
             sources.append(tuple(src))

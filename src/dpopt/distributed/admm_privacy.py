@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -18,13 +19,17 @@ from numpy.typing import ArrayLike, NDArray
 
 from dpopt._validation import check_positive
 from dpopt.accounting import Budget
-from dpopt.exceptions import BudgetExceededError, InvalidParameterError
+from dpopt.exceptions import BudgetExceededError, InvalidParameterError, MissingDataBoundsError
+from dpopt.problems import DataBounds, ERMProblem, LogisticLoss, SmoothHingeLoss, SquaredLoss
 
 __all__ = [
     "EXACT_SOLVE_TOL",
     "LOGISTIC_C1",
+    "LossConstants",
     "calibrate_noise_rate",
+    "default_problem",
     "exact_solve_note",
+    "loss_constants",
     "pp_privacy_bound",
     "pp_privacy_bound_geometric",
     "primal_privacy_bound",
@@ -38,6 +43,96 @@ LOGISTIC_C1 = 0.25
 #: Loosest relative local tolerance for which dpopt treats the exact-solve bounds as a fair report
 #: of the run (spec §7.2 A3: "treat the bound as heuristic if the tolerance is loose").
 EXACT_SOLVE_TOL = 1e-8
+
+
+def default_problem(reg: float = 1e-2) -> ERMProblem:
+    """The seed's problem: logistic loss, ‖x‖₂ <= 1, labels ±1, R(f) = ½‖f‖² with weight ρ = ``reg``."""
+    return ERMProblem("logistic", DataBounds(feature_norm=1.0), l2_penalty=reg)
+
+
+@dataclass(frozen=True)
+class LossConstants:
+    """What private ADMM needs from an :class:`~dpopt.problems.ERMProblem`, all from declared bounds.
+
+    Attributes
+    ----------
+    loss, loss_param : str, float
+        The local solver's loss (``"logistic"``, ``"squared"``, ``"smooth_hinge"``) and its smoothing.
+    feature_norm : float
+        Declared bound X on ‖x‖₂ (``inf`` when undeclared: only the non-private methods run then).
+    c1 : float
+        Curvature bound in the model: sup φ''·X² (the c₁ of Thm 4.1 after scaling; 1/4 for the seed).
+    lipschitz : float
+        Gradient bound in the model: sup |φ'|·X (the theorem's |𝓛'| <= 1 after scaling; 1 for the seed).
+    covered : str
+        Empty when the privacy bounds cover the loss, else why not (the private methods refuse).
+    classification : bool
+        Labels must be ±1.
+    """
+
+    loss: str
+    loss_param: float
+    feature_norm: float
+    c1: float
+    lipschitz: float
+    covered: str
+    classification: bool
+
+
+def loss_constants(problem: ERMProblem, dim: int) -> LossConstants:
+    """Derive the privacy constants of Thm 4.1 / primal perturbation from a problem's declared bounds.
+
+    The theorem (Zhang, Khalili & Liu 2018, Thm 4.1) needs |𝓛'| and 0 <= 𝓛'' bounded, the feature
+    norm bounded and an l2 regulariser; its proof scales: with sup|φ'| = g, sup φ'' = c and
+    ‖x‖ <= X the per-round bound is C(1.4·c·X² + α·g·X)/(ηVB) and the θ-condition
+    2cX² < (B/C)(ρ/N + 2θV).  The logistic loss (g = 1, c = 1/4) and the smooth hinge (g = 1,
+    c = 1/h; C¹ with a bounded, piecewise-constant φ'': the KKT map between noise and minimiser is
+    bi-Lipschitz, so the change of variables holds with its a.e. Jacobian) are covered; the squared
+    loss is not (its derivative is unbounded on R^d and ADMM's local solves are unconstrained).
+    """
+    loss = problem.loss
+    if isinstance(loss, LogisticLoss):
+        name, param = "logistic", 0.0
+    elif isinstance(loss, SmoothHingeLoss):
+        name, param = "smooth_hinge", float(loss.smoothing)
+    elif isinstance(loss, SquaredLoss):
+        name, param = "squared", 0.0
+    else:
+        raise InvalidParameterError(
+            f"problem.loss: private ADMM's local solver supports the logistic, squared and smooth-hinge losses, "
+            f"not {type(loss).__name__}"
+        )
+    b = problem.bounds
+    try:
+        xb = b.feature_l2(dim)
+    except MissingDataBoundsError:
+        xb = math.inf
+    lb = b.label(required=False) if loss.classification else (b.label_bound or math.inf)
+    covered = ""
+    if name == "squared":
+        covered = (
+            "the squared loss has an unbounded derivative on R^d (ADMM's local solves are unconstrained), so "
+            "Thm 4.1 and the primal-perturbation bound (|𝓛'| bounded) do not cover it; use method='admm' or "
+            "'m-admm' (not private), or the logistic or smooth-hinge loss"
+        )
+        g, c = math.inf, loss.curvature_bound(lb)
+    else:
+        g = loss.derivative_bound(math.inf, lb)
+        c = loss.curvature_bound(lb)
+        if math.isinf(xb):
+            covered = (
+                "problem.bounds.feature_norm is not declared: the privacy bound needs a public bound on ‖x‖ "
+                "(e.g. DataBounds(feature_norm=1.0))"
+            )
+    return LossConstants(
+        loss=name,
+        loss_param=param,
+        feature_norm=xb,
+        c1=c * xb * xb,
+        lipschitz=g * xb,
+        covered=covered,
+        classification=bool(loss.classification),
+    )
 
 
 def exact_solve_note(local_tol: float, method: str) -> tuple[str, bool]:
@@ -71,10 +166,15 @@ def pp_privacy_bound(
     sizes: ArrayLike,
     loss_weight: float = 1.0,
     c1: float = LOGISTIC_C1,
+    lipschitz: float = 1.0,
 ) -> Array:
     """Per-node running bound of Thm 4.1 (Z(26)) for penalty / dual-variable perturbation.
 
-    P_i(t) = Σ_{r=1..t} C · (1.4 c₁ + α_i(r)) / (η_i(r) · V_i · B_i).
+    P_i(t) = Σ_{r=1..t} C · (1.4 c₁ + G·α_i(r)) / (η_i(r) · V_i · B_i).
+
+    ``c1`` bounds the curvature of the per-record loss in the model (φ''·‖x‖², 1/4 for the logistic
+    loss with ‖x‖ <= 1) and ``lipschitz`` = G its gradient norm (|φ'|·‖x‖, 1 for the paper's
+    setting): the proof's noise part is ‖ε̂ − ε‖ <= C·G/(ηVB) and its Jacobian part 1.4·C·c₁/(ηVB).
 
     Parameters
     ----------
@@ -91,7 +191,7 @@ def pp_privacy_bound(
     eta = np.asarray(penalty, dtype=float)
     alpha = np.asarray(noise_rate, dtype=float)
     vb = np.asarray(degrees, dtype=float) * np.asarray(sizes, dtype=float)
-    per_round = loss_weight * (1.4 * c1 + alpha) / (eta * vb[None, :])
+    per_round = loss_weight * (1.4 * c1 + lipschitz * alpha) / (eta * vb[None, :])
     return np.cumsum(per_round, axis=0)
 
 
@@ -105,6 +205,7 @@ def pp_privacy_bound_geometric(
     sizes: ArrayLike,
     loss_weight: float = 1.0,
     c1: float = LOGISTIC_C1,
+    lipschitz: float = 1.0,
 ) -> float:
     """Closed form of the worst-case P(t) for η(r) = θ q₁^(r−1), α(r) = α(1) q₂^(r−1) (spec §4.7).
 
@@ -117,7 +218,7 @@ def pp_privacy_bound_geometric(
         return float(t) if ratio == 1 else (1.0 - ratio**t) / (1.0 - ratio)
 
     vb = np.asarray(degrees, dtype=float) * np.asarray(sizes, dtype=float)
-    inner = 1.4 * c1 * geo(1.0 / q1) + alpha1 * geo(q2 / q1)
+    inner = 1.4 * c1 * geo(1.0 / q1) + lipschitz * alpha1 * geo(q2 / q1)
     return float(np.max(loss_weight / (theta * vb)) * inner)
 
 
@@ -128,12 +229,13 @@ def primal_privacy_bound(
     sizes: ArrayLike,
     loss_weight: float,
     reg_per_node: float,
+    lipschitz: float = 1.0,
 ) -> Array:
     """Per-node running ε of primal-variable perturbation (output perturbation of each local solve).
 
-    Replacing one record of node i moves the gradient of its local objective by at most 2C/B_i
-    (|𝓛'| <= 1, ‖x‖ <= 1); the objective is (ρ/N + 2η_i V_i)-strongly convex, so the exact minimiser
-    moves by at most Δ_i(r) = 2C / (B_i (ρ/N + 2η_i(r) V_i)) in l2.  Releasing it with noise of density
+    Replacing one record of node i moves the gradient of its local objective by at most 2CG/B_i
+    (G = sup |φ'|·‖x‖, 1 for the logistic loss with ‖x‖ <= 1); the objective is (ρ/N + 2η_i V_i)-strongly convex, so the exact minimiser
+    moves by at most Δ_i(r) = 2CG / (B_i (ρ/N + 2η_i(r) V_i)) in l2.  Releasing it with noise of density
     ∝ exp(−α‖ε‖₂) is α·Δ-DP; rounds compose sequentially (each release is a function of the data
     and of earlier releases), and other nodes only post-process node i's releases.
 
@@ -143,7 +245,7 @@ def primal_privacy_bound(
     alpha = np.asarray(noise_rate, dtype=float)
     v = np.asarray(degrees, dtype=float)[None, :]
     b = np.asarray(sizes, dtype=float)[None, :]
-    delta = 2.0 * loss_weight / (b * (reg_per_node + 2.0 * eta * v))
+    delta = 2.0 * loss_weight * lipschitz / (b * (reg_per_node + 2.0 * eta * v))
     return np.cumsum(alpha * delta, axis=0)
 
 
@@ -158,6 +260,7 @@ def calibrate_noise_rate(
     method: Literal["pp", "dvp", "primal"] = "pp",
     reg_per_node: float | None = None,
     c1: float = LOGISTIC_C1,
+    lipschitz: float = 1.0,
 ) -> float:
     """The largest α(1) (least noise) with α(r) = α(1)·ratio^(r−1) such that the worst-case bound <= ε.
 
@@ -177,11 +280,11 @@ def calibrate_noise_rate(
     if method == "primal":
         if reg_per_node is None:
             raise InvalidParameterError("reg_per_node: required for method='primal'")
-        delta = 2.0 * loss_weight / (b_[None, :] * (reg_per_node + 2.0 * eta * v[None, :]))
+        delta = 2.0 * loss_weight * lipschitz / (b_[None, :] * (reg_per_node + 2.0 * eta * v[None, :]))
         slope = (q * delta).sum(axis=0)
         return float(np.min(eps / slope))
     base = (loss_weight * 1.4 * c1 / (eta * (v * b_)[None, :])).sum(axis=0)
-    slope = (loss_weight * q / (eta * (v * b_)[None, :])).sum(axis=0)
+    slope = (loss_weight * lipschitz * q / (eta * (v * b_)[None, :])).sum(axis=0)
     if np.any(base >= eps):
         raise BudgetExceededError(
             f"epsilon={eps:g}: the noise-independent part of the PP bound already reaches "
