@@ -322,7 +322,9 @@ def _digest(models: Array) -> bytes:
     return hashlib.sha256(np.ascontiguousarray(models, dtype="<f8").tobytes()).digest()
 
 
-def _log_release(store: RunStore | None, logged: dict[int, bytes], round_: int, models: Array) -> None:
+def _log_release(
+    store: RunStore | None, logged: dict[int, bytes], round_: int, models: Array, full: bool = True
+) -> None:
     """Append round ``round_``'s released vectors to the run's log, or check a replayed round against it."""
     if store is None:
         return
@@ -333,8 +335,7 @@ def _log_release(store: RunStore | None, logged: dict[int, bytes], round_: int, 
                 "in the run directory): the data, the code or the key changed; the run stops here"
             )
         return
-    store.append_release(round_, models)
-    logged[round_] = _digest(models)
+    logged[round_] = store.append_release(round_, models, full=full)
 
 
 def _first_line(err: BaseException) -> str:
@@ -708,6 +709,7 @@ class PrivateADMM:
         accountant: Accountant | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume: bool = False,
+        checkpoint_log: Literal["messages", "digests"] = "messages",
         site_diagnostics: bool = False,
     ) -> ADMMResult:
         """Run T rounds on per-node data: in-memory pairs ``(X_i, y_i)`` or :class:`Site` loaders.
@@ -761,6 +763,9 @@ class PrivateADMM:
             Continue the run stored in ``checkpoint_dir`` after a crash (or start it when the
             directory holds none): rounds after the last checkpoint are replayed with the stored
             key, checked against the log, and never get fresh noise.
+        checkpoint_log : {"messages", "digests"}, default "messages"
+            What the run directory's log keeps of each released round: the vectors (N·d·8 bytes
+            per round) or only their SHA-256 (enough to check a replay; for very large networks).
         site_diagnostics : bool, default False
             With sites: let the workers report the non-private diagnostics computed on their rows
             (losses, gradient norms).  Off by default, so that only released primals leave a site
@@ -781,6 +786,9 @@ class PrivateADMM:
         """
         topo = self.topology
         n = topo.n_nodes
+        if checkpoint_log not in ("messages", "digests"):
+            raise InvalidParameterError("checkpoint_log: must be 'messages' or 'digests'")
+        full_log = checkpoint_log == "messages"
         sites = as_sites(data)
         xb = self._consts.feature_norm
         clip_to = xb if self.problem.bounds.clip and math.isfinite(xb) else math.inf
@@ -952,7 +960,7 @@ class PrivateADMM:
             }
             consensus = np.full(t_, np.nan)
             earlier = store.released() if store is not None else {}  # rounds released before a crash
-            logged = {r: _digest(m) for r, m in earlier.items()}
+            logged = {r: digest for r, (digest, _) in earlier.items()}
             saved = store.load_state() if store is not None else None
             if saved is not None:
                 assert store is not None
@@ -967,12 +975,13 @@ class PrivateADMM:
                 eng.start(factory, jobs, sources, placement=placement)
             models = _gather_models(eng.call("snapshot"), groups, n, dim)
             if saved is None:
-                _log_release(store, logged, 0, models)
+                _log_release(store, logged, 0, models, full_log)
                 if store is not None:
                     store.save_state(0, _join_state(eng.call("snapshot"), groups, n, dim))
             if models_hist is not None:
                 for r in range(t):
-                    models_hist[r] = earlier.get(r, np.nan)
+                    old = earlier.get(r, (b"", None))[1]
+                    models_hist[r] = np.nan if old is None else old
                 models_hist[t] = models
             earlier.clear()
             checkpoint = (t, eng.call("snapshot"))
@@ -1001,7 +1010,7 @@ class PrivateADMM:
                         if col in dg:
                             hist[name][t, grp] = dg[col]
                 consensus[t] = float(np.linalg.norm(models - models.mean(axis=0), axis=1).max())
-                _log_release(store, logged, t + 1, models)
+                _log_release(store, logged, t + 1, models, full_log)
                 if models_hist is not None:
                     models_hist[t + 1] = models
                 t += 1

@@ -17,7 +17,8 @@ A run directory (``checkpoint_dir=`` of :meth:`dpopt.distributed.admm.PrivateADM
     temporary file, fsync, rename, fsync the directory) every ``checkpoint_every`` rounds.
 ``released.log``
     Append-only log of every released message: one record per round (round number, shape,
-    SHA-256 and the float64 bytes of all nodes' primal vectors), fsynced before the next round.
+    SHA-256 and the float64 bytes of all nodes' primal vectors, or only the SHA-256 with
+    ``checkpoint_log="digests"`` for very large networks), fsynced before the next round.
 
 After a crash the run resumes from ``state.npz`` with the stored key, replays the rounds between
 the checkpoint and the last logged round (the same noise, hence the same messages, which are
@@ -46,7 +47,7 @@ __all__ = ["CheckpointError", "RunStore", "fingerprint_arrays"]
 Array = NDArray[np.float64]
 
 _MAGIC = b"DPRL"
-_HEAD = struct.Struct("<4sqqq32s")  # magic, round, rows, cols, sha256
+_HEAD = struct.Struct("<4sqqqq32s")  # magic, round, rows, cols, flag (0 full, 1 digest only), sha256
 _FORMAT = 1
 
 
@@ -207,39 +208,48 @@ class RunStore:
 
     # -- the released-message log -----------------------------------------------------------------
 
-    def append_release(self, round_: int, models: Array) -> None:
-        """Append round ``round_``'s released vectors to the log and fsync it."""
+    def append_release(self, round_: int, models: Array, *, full: bool = True) -> bytes:
+        """Append round ``round_``'s released vectors (or only their digest) to the log; fsync; return the digest."""
         arr = np.ascontiguousarray(models, dtype="<f8")
-        payload = arr.tobytes()
-        head = _HEAD.pack(_MAGIC, int(round_), arr.shape[0], arr.shape[1], hashlib.sha256(payload).digest())
+        data = arr.tobytes()
+        digest = hashlib.sha256(data).digest()
+        flag = 0 if full else 1  # 1: the record holds the digest only
+        head = _HEAD.pack(_MAGIC, int(round_), arr.shape[0], arr.shape[1], flag, digest)
         fd = os.open(self._log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, head + payload)
+            os.write(fd, head + (data if full else b""))
             os.fsync(fd)
         finally:
             os.close(fd)
+        return digest
 
-    def released(self) -> dict[int, Array]:
-        """Every logged round's vectors (a torn last record, from a crash mid-write, is cut off)."""
-        out: dict[int, Array] = {}
+    def released(self) -> dict[int, tuple[bytes, Array | None]]:
+        """Every logged round: ``(sha256 of its vectors, the vectors or None for digest-only records)``.
+
+        A torn last record (crash while writing) is cut off.
+        """
+        out: dict[int, tuple[bytes, Array | None]] = {}
         if not self._log_path.exists():
             return out
         data = self._log_path.read_bytes()
         pos = 0
         good = 0
         while pos + _HEAD.size <= len(data):
-            magic, rnd, rows, cols, digest = _HEAD.unpack_from(data, pos)
-            if magic != _MAGIC or rows < 0 or cols < 0:
+            magic, rnd, rows, cols, flag, digest = _HEAD.unpack_from(data, pos)
+            if magic != _MAGIC or rows < 0 or cols < 0 or flag not in (0, 1):
                 raise CheckpointError("checkpoint_dir: released.log is corrupt")
-            end = pos + _HEAD.size + 8 * rows * cols
+            end = pos + _HEAD.size + (8 * rows * cols if flag == 0 else 0)
             if end > len(data):
                 break  # torn record
-            payload = data[pos + _HEAD.size : end]
-            if hashlib.sha256(payload).digest() != digest:
-                if end == len(data):
-                    break  # torn last record
-                raise CheckpointError("checkpoint_dir: released.log is corrupt (a record's hash fails)")
-            out[int(rnd)] = np.frombuffer(payload, dtype="<f8").reshape(rows, cols).astype(np.float64)
+            arr = None
+            if flag == 0:
+                payload = data[pos + _HEAD.size : end]
+                if hashlib.sha256(payload).digest() != digest:
+                    if end == len(data):
+                        break  # torn last record
+                    raise CheckpointError("checkpoint_dir: released.log is corrupt (a record's hash fails)")
+                arr = np.frombuffer(payload, dtype="<f8").reshape(rows, cols).astype(np.float64)
+            out[int(rnd)] = (bytes(digest), arr)
             pos = good = end
         if good < len(data):
             with open(self._log_path, "r+b") as fh:

@@ -133,10 +133,11 @@ def _read_file(site: Site) -> tuple[Any, Any]:
     raise InvalidParameterError(f"site {site.name}: data files must be .npz or .csv")
 
 
-def load_site(site: Site) -> tuple[Array, Array]:
-    """Load and check one site's rows where this runs: ``X`` of shape (B, d), labels ``y`` in {-1, +1}.
+def load_site(site: Site, *, binary_labels: bool = True) -> tuple[Array, Array]:
+    """Load and check one site's rows where this runs: ``X`` of shape (B, d), finite targets ``y``.
 
-    Errors name the site and the problem, never a data value.
+    With ``binary_labels`` (classification losses) the labels must be -1 or +1.  Errors name the
+    site and the problem, never a data value.
     """
     raw = _resolve(site)(**site.kwargs) if _is_entry_point(site.loader) else _read_file(site)
     if not isinstance(raw, tuple | list) or len(raw) != 2:
@@ -147,7 +148,7 @@ def load_site(site: Site) -> tuple[Array, Array]:
         raise InvalidParameterError(f"site {site.name}: holds no rows")
     if y.shape[0] != x.shape[0]:
         raise InvalidParameterError(f"site {site.name}: {x.shape[0]} rows but {y.shape[0]} labels")
-    if not np.all(np.abs(y) == 1.0):
+    if binary_labels and not np.all(np.abs(y) == 1.0):
         raise InvalidParameterError(f"site {site.name}: labels must be -1 or +1")
     return np.ascontiguousarray(x, dtype=np.float64), y.astype(np.float64)
 
@@ -190,7 +191,8 @@ class SiteShardSpec:
     ``base`` is the algorithm's shard spec with its data field left empty (``None`` for the probe
     job that only reports the sites' public description); ``data_field`` names that field and
     ``to_rows`` turns a site's ``(X, y)`` into its value; ``factory`` builds the algorithm's
-    shard program from the completed spec.
+    shard program from the completed spec.  ``norm_bound`` is the declared bound on the rows' l2
+    norms that ``describe`` checks (yes/no), ``binary_labels`` whether labels must be ±1.
     """
 
     sites: tuple[Site, ...]
@@ -200,6 +202,7 @@ class SiteShardSpec:
     to_rows: Callable[[Array, Array], Any] | None = None
     norm_bound: float = math.inf
     diagnostics: bool = False
+    binary_labels: bool = True
 
 
 _CACHE: dict[tuple[str, str, str], tuple[Array, Array]] = {}
@@ -224,7 +227,7 @@ class SiteShard:
         rows = []
         for site in spec.sites:
             cached = _CACHE.pop(_key(site), None)
-            rows.append(cached if cached is not None else load_site(site))
+            rows.append(cached if cached is not None else load_site(site, binary_labels=spec.binary_labels))
         if probe:
             for site, r in zip(spec.sites, rows, strict=True):
                 _CACHE[_key(site)] = r
