@@ -299,7 +299,10 @@ def _load_workload(text: str, *, allow_zero_columns: bool = False, schema: Any =
                 f"workload spec {part.strip()!r}: a random workload needs a seed (e.g. "
                 f"'{part.strip()},seed=0') so that 'dpopt strategy' and 'dpopt answer' build the same queries"
             )
-    return workloads.from_spec(text)
+    try:
+        return workloads.from_spec(text)
+    except DPOptError as exc:  # the spec's keys are what the user typed: say which spec
+        raise _UsageError(f"workload spec {text!r}: {str(exc).removeprefix('workload spec: ')}") from None
 
 
 def _kway_workload(text: str, schema: Any) -> Workload:
@@ -785,7 +788,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_ledger_options(p)
     p.set_defaults(func=_cmd_answer)
     add_ledger_parser(sub)
+    for command in sub.choices.values():  # library errors are reported with these flags
+        command.set_defaults(_flags=_flag_map(command))
     return parser
+
+
+_PARAM_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): ")
+#: Python-API advice that has no meaning on the command line (dropped from CLI messages).
+_API_ONLY_ADVICE = ("; to run without privacy, switch the noise off where the method allows it",)
+
+
+def _flag_map(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Option dest -> the flag a user types (``epsilon`` -> ``--epsilon``)."""
+    return {
+        a.dest: max(a.option_strings, key=len)
+        for a in parser._actions
+        if a.option_strings and a.dest not in ("help", "version")
+    }
+
+
+def _cli_terms(message: str, args: argparse.Namespace | None) -> str:
+    """Say a library error in the command's terms: a leading ``name:`` that is one of the command's
+    options becomes its flag (``epsilon: must be > 0`` -> ``--epsilon: must be > 0``), and a
+    setting changed with ``--set`` is named as ``--set name``."""
+    for advice in _API_ONLY_ADVICE:
+        message = message.replace(advice, "")
+    m = _PARAM_PREFIX.match(message)
+    if m is None or args is None:
+        return message
+    name = m.group(1)
+    flags: dict[str, str] = getattr(args, "_flags", None) or {}
+    settings = {key for key, _ in getattr(args, "set", None) or []}
+    if name in settings:
+        return f"--set {name}: {message[m.end():]}"
+    if name in flags:
+        return f"{flags[name]}: {message[m.end():]}"
+    return message
 
 
 def _fail(message: str) -> int:
@@ -797,6 +835,7 @@ def _fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``dpopt`` command with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
+    args: argparse.Namespace | None = None
     try:
         args = parser.parse_args(argv)
         if args.command is None:
@@ -807,8 +846,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    except (_UsageError, DPOptError) as exc:
+    except _UsageError as exc:
         return _fail(str(exc))
+    except DPOptError as exc:
+        return _fail(_cli_terms(str(exc), args))
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         return _fail(f"{exc.strerror or exc}{where}")

@@ -16,6 +16,7 @@ import numpy as np
 
 from dpopt.accounting import Budget, advanced_composition_step, calibrate_noise, gaussian_sigma
 from dpopt.audit import audit
+from dpopt.exceptions import InvalidParameterError
 from dpopt.experiments.plots import draw_lines, new_figure, save_figure
 from dpopt.experiments.registry import TOUR, Experiment, register
 from dpopt.mechanisms import (
@@ -139,6 +140,20 @@ def run(cfg: TourConfig, rng: np.random.Generator) -> Iterator[dict[str, Any]]:
             yield {"part": "noise", "steps": steps, "method": method, "sigma": float(sigma)}
 
 
+def check(cfg: TourConfig) -> None:
+    """Refuse settings the run would reject midway (before a run folder exists)."""
+    from dpopt._validation import check_int, check_positive, check_probability
+
+    check_int(cfg.n_runs, "n_runs", minimum=100)  # the audit needs at least 100 runs per dataset
+    check_int(cfg.n_runs_selection, "n_runs_selection", minimum=100)
+    check_positive(cfg.epsilon, "epsilon")
+    check_probability(cfg.delta, "delta", open_left=True)
+    if not cfg.steps:
+        raise InvalidParameterError("steps: give at least one number of releases, e.g. 1,10,100")
+    for t in cfg.steps:
+        check_int(t, "steps", minimum=1)
+
+
 def plot(records: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
     """Audited lower bound vs claimed ε per mechanism, and per-release σ vs number of releases."""
     audits = sorted(
@@ -219,6 +234,7 @@ register(
         },
         plot=plot,
         tables=tables,
+        check=check,
     )
 )
 if "tour-mechanisms" not in TOUR:
