@@ -112,16 +112,27 @@ def _slope_rows(records: Sequence[Mapping[str, Any]], by: str, x: str) -> list[d
 
 
 def _sweep_plot(records: Sequence[Mapping[str, Any]], out: Path, stem: str, title: str) -> list[Path]:
+    """Excess risk vs n and vs p; beside it the excess relative to the trivial output (saturation)."""
     figs = []
     for sweep, x in (("n", "n"), ("p", "p")):
         sub = [r for r in records if r.get("sweep") == sweep]
         if not sub:
             continue
-        fig, axes = new_figure(1, 1, figsize=(7, 4.5))
+        rel = [{**r, "relative": r["excess"] / r["trivial_excess"]} for r in sub if r.get("trivial_excess")]
+        fig, axes = new_figure(1, 2 if rel else 1, figsize=(12, 4.3) if rel else (7, 4.5))
         ax = axes.flat[0]
         draw_lines(ax, sub, x=x, y="excess", by="algorithm", spread="sem", logx=True, logy=True)
         ax.set_ylabel("excess empirical risk")
-        ax.set_title(f"{title}: excess risk vs {x}")
+        fixed = sorted({r["p" if sweep == "n" else "n"] for r in sub})
+        ax.set_title(f"{title}: excess risk vs {x} ({'p' if sweep == 'n' else 'n'} = {fixed[0]})")
+        if rel:
+            ax = axes.flat[1]
+            draw_lines(ax, rel, x=x, y="relative", by="algorithm", spread="sem", logx=True, logy=True)
+            ax.axhline(0.3, color="k", linestyle=":", linewidth=1)
+            ax.set_ylabel("excess / excess of the trivial output")
+            ax.set_title("saturation check: points above the dotted line (0.3) are not used in slope fits",
+                         fontsize=9)  # fmt: skip
+            ax.get_legend().remove()
         figs.append(save_figure(fig, out / f"{stem}-vs-{x}.png"))
     return figs
 
