@@ -195,7 +195,10 @@ def test_marginal_workload_answers():
     ]
     out = answer(M, x, budget=Budget(1.0, 1e-5), rng=0, strategy=res)
     assert np.mean(errs) == pytest.approx(out.expected_error, rel=0.15)
-    dense = answer(M, x, budget=Budget(1.0, 1e-5), rng=0, strategy=res.strategy)  # same strategy, dense path
+    from dpopt.linear_queries.union import plan_from_result
+
+    A = plan_from_result(res).dense_matrix()
+    dense = answer(M, x, budget=Budget(1.0, 1e-5), rng=0, strategy=A)  # same strategy, dense path
     assert dense.expected_error == pytest.approx(out.expected_error, rel=1e-8)
     big = wl.marginals((16, 16, 16, 16), 2)
     out = answer(big, np.ones(16**4), budget=Budget(1.0, 1e-5), rng=0)

@@ -306,9 +306,12 @@ def test_marginals_closed_form_matches_dense_optimum(shape, k, tmp_path):
     M = wl.marginals(shape, k)
     closed = optimize_strategy(M)
     assert closed.gap == 0.0 and closed.residual_terms
-    obj, bias = strategy_error(closed.strategy, M.gram())
+    from dpopt.linear_queries.union import plan_from_result
+
+    A = plan_from_result(closed).dense_matrix()  # the implicit strategy, formed for the check
+    obj, bias = strategy_error(A, M.gram())
     assert obj == pytest.approx(closed.objective, rel=1e-10) and bias < 1e-12
-    np.testing.assert_allclose(np.linalg.norm(closed.strategy, axis=0), 1.0, atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(A, axis=0), 1.0, atol=1e-12)
     dense = optimize_strategy(wl.Union(M.parts), tol=1e-9, max_iter=3000)
     assert dense.objective == pytest.approx(closed.objective, rel=1e-7)
     assert dense.lower_bound <= closed.objective  # certified: no tolerance needed (issue 12 §4)
@@ -389,5 +392,7 @@ def test_evaluate_strategy_certificate_on_an_optimal_singular_strategy():
     # the closed-form optimum of 2-way marginals, evaluated against the dense workload
     M = wl.marginals((2, 2, 2, 2, 2), 2)
     closed = optimize_strategy(M)
-    res = evaluate_strategy(wl.from_matrix(M.matrix()), closed.strategy)
+    from dpopt.linear_queries.union import plan_from_result
+
+    res = evaluate_strategy(wl.from_matrix(M.matrix()), plan_from_result(closed).dense_matrix())
     assert res.lower_bound <= closed.objective and 0.0 <= res.gap <= 1e-10

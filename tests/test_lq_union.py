@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -51,27 +49,7 @@ def test_dense_strategy_of_the_plan_has_the_reported_error() -> None:
     shape, queries = (5, 3, 4), {0: "all_range"}
     W = product_marginals(shape, 2, queries=queries)
     res = optimize_union(W)
-    plan = plan_from_result(res)
-    rows = []
-    for T, A in plan.terms:
-        mats = []
-        for i, n in enumerate(shape):
-            if i in plan.special:
-                continue
-            mats.append(plan.bases[i] if i in T else np.ones((1, n)) / math.sqrt(n))
-        # axes order of the term: (T..., special...) -- build in attribute order via a permutation
-        R = np.ones((1, 1))
-        for M in mats:
-            R = np.kron(R, M)
-        full = np.kron(R, A)  # columns ordered (others..., special...)
-        # permute columns to C order of the attributes
-        others = [i for i in range(len(shape)) if i not in plan.special]
-        order = others + list(plan.special)
-        idx = np.arange(math.prod(shape)).reshape(shape).transpose(order).reshape(-1)
-        cols = np.empty_like(full)
-        cols[:, idx] = full
-        rows.append(cols)
-    A_full = np.vstack(rows)
+    A_full = plan_from_result(res).dense_matrix()
     assert np.max(np.sum(A_full**2, axis=0)) == pytest.approx(1.0, rel=1e-9)
     err, bias = strategy_error(A_full, W.gram())
     assert bias < 1e-9

@@ -139,8 +139,9 @@ class StrategyResult:
     residual_terms, domain_shape : tuple
         For a :class:`~dpopt.linear_queries.workloads.Marginals` workload: ``X = AᵀA = Σ_T x_T Q_T``
         over residual subspaces ``Q_T = ⊗_{i∈T} P1 ⊗_{i∉T} P0`` of the domain ``domain_shape``,
-        as ``(T, x_T)`` pairs; ``A = X^½`` is applied implicitly (``strategy`` is dense only when
-        n <= 4096).
+        as ``(T, x_T)`` pairs; ``A = X^½`` is applied implicitly (``strategy`` is an empty
+        ``(0, n)`` array; :func:`~dpopt.linear_queries.union.plan_from_result` gives the plan and
+        its ``dense_matrix()`` on small domains).
     attribute_bases : tuple of ndarray
         For a union of products optimized by :func:`~dpopt.linear_queries.union.optimize_union`:
         the per-attribute bases ``C_i`` of the residual-basis strategy, whose measured subsets and
@@ -1171,6 +1172,12 @@ def _optimize(
 
 
 _DENSE_PRODUCT_LIMIT = 4096
+_DENSE_MARGINALS_LIMIT = 0  # the closed form's strategy is implicit (plan_from_result(...).dense_matrix())
+
+
+def _empty_strategy(N: int) -> FloatArray:
+    """The placeholder ``(0, N)`` strategy of implicit results (``(0, 0)`` past numpy's index range)."""
+    return np.zeros((0, N)) if N < 2**62 else np.zeros((0, 0))
 
 
 def _optimize_kronecker(
@@ -1252,7 +1259,7 @@ def _optimize_marginals(wl: Marginals, *, method: str) -> StrategyResult:
     total = sum(d * math.sqrt(lam) for _, lam, d in spectrum)
     terms = tuple((T, N * math.sqrt(lam) / total) for T, lam, _ in spectrum)
     objective = total**2 / N
-    if N <= _DENSE_PRODUCT_LIMIT:
+    if N <= _DENSE_MARGINALS_LIMIT:
         A = np.zeros((N, N))
         for T, x in terms:
             Q: FloatArray = np.ones((1, 1))
@@ -1260,7 +1267,7 @@ def _optimize_marginals(wl: Marginals, *, method: str) -> StrategyResult:
                 Q = np.asarray(np.kron(Q, M), dtype=np.float64)
             A += math.sqrt(x) * Q
     else:
-        A = np.zeros((0, N))
+        A = _empty_strategy(N)
     return StrategyResult(
         strategy=A,
         objective=float(objective),

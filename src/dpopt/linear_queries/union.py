@@ -329,6 +329,27 @@ class ProductResidualPlan:
         order = [*axes, *others]
         return np.transpose(full, np.argsort(order))
 
+    def dense_matrix(self, max_cells: int = 4096) -> FloatArray:
+        """The strategy as a dense ``(p, N)`` matrix, columns in C order (small domains only)."""
+        N = math.prod(self.dims)
+        if N > max_cells:
+            raise InvalidParameterError(f"dense_matrix: the domain has {N} cells (limit {max_cells})")
+        others = [i for i in range(len(self.dims)) if i not in self.special]
+        order = others + list(self.special)
+        # column j of kron(others..., special) is the cell whose transposed C-order index is j
+        idx = np.arange(N).reshape(self.dims).transpose(order).reshape(-1)
+        rows = []
+        for T, A in self.terms:
+            R: FloatArray = np.ones((1, 1))
+            for i in others:
+                M = self.bases[i] if i in T else np.ones((1, self.dims[i])) / math.sqrt(self.dims[i])
+                R = np.asarray(np.kron(R, M), dtype=np.float64)
+            full = np.kron(R, A)
+            cols = np.empty_like(full)
+            cols[:, idx] = full
+            rows.append(cols)
+        return np.vstack(rows)
+
     def marginal_estimate(self, residuals: Mapping[Subset, FloatArray], S: Subset) -> FloatArray:
         """Estimated marginal table on the attributes S (axes in sorted order)."""
         S = tuple(sorted(S))
@@ -593,9 +614,10 @@ def optimize_union(
     gap = (objective - lower) / lower if lower > 0 else math.nan
     if status == "converged" and not gap <= tol * (1 + 1e-6) + 1e-12:
         status = "max_iter"
-    N = workload.domain_size
+    from dpopt.linear_queries.strategy import _empty_strategy
+
     return StrategyResult(
-        strategy=np.zeros((0, N)),
+        strategy=_empty_strategy(workload.domain_size),
         objective=float(objective),
         lower_bound=float(lower),
         dual_bound=float(lower),

@@ -571,18 +571,34 @@ class Marginals(Union):
         if not dims:
             raise InvalidParameterError("shape: need at least one attribute")
         subs: list[tuple[int, ...]] = []
+        seen: set[tuple[int, ...]] = set()
         for sub in subsets:
             t = tuple(sorted({int(i) for i in sub}))
             if any(i < 0 or i >= len(dims) for i in t):
                 raise InvalidParameterError(f"subsets: attribute indices must lie in [0, {len(dims)})")
-            if t not in subs:
+            if t not in seen:
+                seen.add(t)
                 subs.append(t)
         if not subs:
             raise InvalidParameterError("subsets: need at least one attribute subset")
-        parts = [Kronecker([Identity(d) if i in S else Total(d) for i, d in enumerate(dims)]) for S in subs]
-        super().__init__(parts, name=name, params={"shape": list(dims), "subsets": [list(t) for t in subs]})
+        # the Kronecker parts are built on first use (the closed form never needs them)
+        m = sum(math.prod(dims[i] for i in S) for S in subs)
+        Workload.__init__(
+            self, m, math.prod(dims), name=name, params={"shape": list(dims), "subsets": [list(t) for t in subs]}
+        )
+        self._parts: tuple[Workload, ...] | None = None
         self.dims = dims
         self.subsets = tuple(subs)
+
+    @property
+    def parts(self) -> tuple[Workload, ...]:  # type: ignore[override]
+        """One :class:`Kronecker` product (identities on S, totals elsewhere) per subset S."""
+        if self._parts is None:
+            self._parts = tuple(
+                Kronecker([Identity(d) if i in S else Total(d) for i, d in enumerate(self.dims)])
+                for S in self.subsets
+            )
+        return self._parts
 
     def _dense_check(self, what: str) -> None:
         if self._n > Kronecker.dense_limit:
@@ -635,24 +651,18 @@ class Marginals(Union):
         """
         import itertools
 
-        out = []
-        seen: set[tuple[int, ...]] = set()
-        for S in self.subsets:
+        N = math.prod(self.dims)
+        lam: dict[tuple[int, ...], float] = {}
+        for S in self.subsets:  # λ_T = Σ_{S ⊇ T} Π_{i∉S} n_i, accumulated from every S
+            w = float(N // math.prod(self.dims[i] for i in S))
             for r in range(len(S) + 1):
                 for T in itertools.combinations(S, r):
-                    if T in seen:
-                        continue
-                    seen.add(T)
-                    dim = int(np.prod([self.dims[i] - 1 for i in T], dtype=np.int64)) if T else 1
-                    if dim == 0:
-                        continue
-                    lam = 0.0
-                    for S2 in self.subsets:
-                        if set(T) <= set(S2):
-                            lam += float(
-                                np.prod([self.dims[i] for i in range(len(self.dims)) if i not in S2])
-                            )
-                    out.append((T, lam, dim))
+                    lam[T] = lam.get(T, 0.0) + w
+        out = []
+        for T, value in lam.items():
+            dim = math.prod(self.dims[i] - 1 for i in T)
+            if dim:
+                out.append((T, value, int(dim)))
         return sorted(out)
 
 
