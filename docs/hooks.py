@@ -5,6 +5,9 @@
   reproductions) are added to the "Results" section, so a page landing or moving never breaks the
   strict build and never goes missing from the navigation.
   Links to such missing pages become plain text.
+* Sphinx roles: docstrings use ``:class:`~dpopt.x.Y``` and the like (numpydoc's convention); the
+  rendered ``:class:<code>...</code>`` becomes a cross-reference to the object's API entry (plain
+  code when the object is not documented).
 * Logging: mkdocstrings reads docstrings statically; ``dpopt.solvers.hamsi`` fills a shared
   ``{common}`` parameter block into two docstrings at import time, which the static parser reports
   as an unparsable line.  That one known message is dropped; every other warning still fails the
@@ -21,6 +24,7 @@ from typing import Any
 _KNOWN = ("Could not parse line '{common}'",)
 _RESULTS = "Results"
 _missing: set[str] = set()  # pages listed in nav but not (yet) written
+_ROLE = re.compile(r":(?:py:)?(?:mod|class|func|meth|attr|data|exc|obj|const):<code>(~?)([\w.]+)(\(\))?</code>")
 _LINK = re.compile(r"\[([^\]]+)\]\(((?:\.\./)*)([\w.-]+\.md)(#[^)]*)?\)")
 
 
@@ -87,3 +91,14 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         return m.group(1) if m.group(3) in _missing else m.group(0)
 
     return _LINK.sub(unlink, markdown)
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Sphinx roles in rendered docstrings become optional cross-references (resolved by autorefs)."""
+
+    def ref(m: re.Match[str]) -> str:
+        identifier = m.group(2)
+        title = identifier.rsplit(".", 1)[-1] if m.group(1) else identifier
+        return f'<autoref identifier="{identifier}" optional><code>{title}{m.group(3) or ""}</code></autoref>'
+
+    return _ROLE.sub(ref, html)
