@@ -8,6 +8,7 @@ noisy measurement is post-processing.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import threading
@@ -80,6 +81,9 @@ class Answers:
         How the strategy was obtained (``"dual"``, ``"paper"``, a baseline name, ...).
     bias : float
         Relative squared norm of the workload outside the strategy's row space (0 = unbiased).
+    postprocessing : str
+        ``"least_squares"`` or ``"nonnegative"`` (``answer(..., nonnegative=True)``; the
+        histogram estimate is then the projected one, or empty for marginal-table projections).
 
     Privacy
     -------
@@ -98,6 +102,7 @@ class Answers:
     calibration: str
     strategy_method: str
     bias: float
+    postprocessing: str = "least_squares"
 
 
 def strategy_sensitivity(A: ArrayLike, neighbouring: Neighbouring = "add_remove") -> float:
@@ -223,6 +228,7 @@ def answer(
     rcond: float = 1e-10,
     schema: Schema | None = None,
     clip: bool = False,
+    nonnegative: bool = False,
 ) -> Answers:
     """Answer ``workload`` on ``histogram`` with the Gaussian matrix mechanism.
 
@@ -263,6 +269,13 @@ def answer(
     clip : bool, default False
         With ``schema``: move out-of-range values of integer-range attributes to the nearest end
         (a per-record map: the sensitivity is unchanged).
+    nonnegative : bool, default False
+        Post-process (no privacy cost) into non-negative, mutually consistent answers: for unions
+        of products the estimated marginal tables are projected onto the non-negative tables that
+        agree on every shared sub-marginal
+        (:func:`~dpopt.linear_queries.consistency.nonnegative_tables`); otherwise the histogram
+        estimate is projected onto ``x >= 0`` in the strategy's metric (domains up to 4096 cells).
+        ``expected_error`` stays the least-squares figure.
 
     Returns
     -------
@@ -292,34 +305,91 @@ def answer(
         result = _resolve_strategy(workload, strategy)
         if result.residual_terms:  # measured marginal by marginal: the full domain is never formed
             return _answer_plan(
-                workload, records.marginal, result, budget, rng, rel, method, accountant, calibration
+                workload,
+                records.marginal,
+                result,
+                budget,
+                rng,
+                rel,
+                method,
+                accountant,
+                calibration,
+                nonnegative,
             )
         x = records.histogram()  # other strategies measure every cell
     else:
         x = _check_histogram(histogram, workload.domain_size, counts)
         result = _resolve_strategy(workload, strategy)
-    if result.attribute_bases:
+    if result.attribute_bases or (nonnegative and result.residual_terms):
         shape = result.domain_shape
 
         def marginal(U: tuple[int, ...]) -> FloatArray:
             others = tuple(i for i in range(len(shape)) if i not in U)
             return np.asarray(x.reshape(shape).sum(axis=others), dtype=np.float64)
 
-        return _answer_plan(workload, marginal, result, budget, rng, rel, method, accountant, calibration)
+        return _answer_plan(
+            workload, marginal, result, budget, rng, rel, method, accountant, calibration, nonnegative
+        )
+    gram: Callable[[], FloatArray] | None = None
     if result.params.get("implicit") == "identity":
-        return _answer_identity(workload, x, result, budget, rng, rel, method, accountant, calibration)
-    if result.residual_terms:
+        out = _answer_identity(workload, x, result, budget, rng, rel, method, accountant, calibration)
+        gram = None  # G = I: the projection is a clip
+    elif result.residual_terms:
         return _answer_residual(workload, x, result, budget, rng, rel, method, accountant, calibration)
-    if result.factors:
-        return _answer_product(workload, x, result, budget, rng, rel, method, accountant, calibration, rcond)
-    A = result.strategy
-    sens = _cached(_SENSITIVITY, (A.shape, _digest(A), rel), lambda: strategy_sensitivity(A, rel))
-    if not sens > 0:
-        raise InvalidParameterError("strategy: has zero sensitivity (all columns equal); it measures nothing")
-    accountant = _default_accountant(accountant, calibration, budget, rel)
-    mech = GaussianMechanism.calibrate(budget, sens, method=method)  # type: ignore[arg-type]
-    with _blas_threads(max(A.shape)):
-        return _release(workload, A, x, mech, rng, accountant, calibration, result, sens, rcond)
+    elif result.factors:
+        if nonnegative:
+            _check_dense_projection(workload.domain_size)
+        out = _answer_product(workload, x, result, budget, rng, rel, method, accountant, calibration, rcond)
+
+        def gram() -> FloatArray:
+            G: FloatArray = np.ones((1, 1))
+            for F in result.factors:
+                G = np.asarray(np.kron(G, F.T @ F), dtype=np.float64)
+            return G
+
+    else:
+        A = result.strategy
+        sens = _cached(_SENSITIVITY, (A.shape, _digest(A), rel), lambda: strategy_sensitivity(A, rel))
+        if not sens > 0:
+            raise InvalidParameterError(
+                "strategy: has zero sensitivity (all columns equal); it measures nothing"
+            )
+        if nonnegative:
+            _check_dense_projection(workload.domain_size)
+        accountant = _default_accountant(accountant, calibration, budget, rel)
+        mech = GaussianMechanism.calibrate(budget, sens, method=method)  # type: ignore[arg-type]
+        with _blas_threads(max(A.shape)):
+            out = _release(workload, A, x, mech, rng, accountant, calibration, result, sens, rcond)
+
+        def gram() -> FloatArray:
+            _, sk, Pk, _ = _reconstruction(workload, A, rcond)
+            return np.asarray((Pk.T * sk**2) @ Pk)
+
+    if not nonnegative:
+        return out
+    # post-processing (no privacy cost): project x̂ onto x >= 0 in the strategy's metric
+    from dpopt.linear_queries.consistency import nonnegative_histogram
+
+    x_nn = (
+        np.maximum(out.histogram_estimate, 0.0)
+        if gram is None
+        else nonnegative_histogram(out.histogram_estimate, gram())
+    )
+    return dataclasses.replace(
+        out, values=workload.answer(x_nn), histogram_estimate=x_nn, postprocessing="nonnegative"
+    )
+
+
+_DENSE_PROJECTION_LIMIT = 4096
+
+
+def _check_dense_projection(n: int) -> None:
+    if n > _DENSE_PROJECTION_LIMIT:
+        raise InvalidParameterError(
+            f"nonnegative: the projection of this strategy's estimate needs a dense {n}x{n} matrix (limit "
+            f"{_DENSE_PROJECTION_LIMIT}); use a structured workload (marginals, union.product_marginals), whose "
+            "tables are projected without forming the domain"
+        )
 
 
 def _default_accountant(
@@ -368,6 +438,7 @@ def _answer_plan(
     method: str,
     accountant: Accountant | None,
     calibration: str,
+    nonnegative: bool = False,
 ) -> Answers:
     """Residual-basis strategies of unions of products: measure marginals, answer part by part."""
     from dpopt.linear_queries.union import _parts, plan_from_result
@@ -391,8 +462,34 @@ def _answer_plan(
     measured = plan.measure(marginal)
     z = np.atleast_1d(mech.release(measured, rng=rng, accountant=acct, label="matrix-mechanism"))
     residuals = plan.reconstruct(np.asarray(z, dtype=np.float64))
-    values = np.concatenate([plan.part_answers(residuals, p) for p in parts])
     expected = mech.sigma**2 * unit
+    if nonnegative:  # post-processing: non-negative consistent tables on every part's attributes
+        from dpopt.linear_queries.consistency import nonnegative_tables
+        from dpopt.linear_queries.union import _dense
+        from dpopt.linear_queries.workloads import Total as _Total
+
+        supports = [tuple(i for i, f in enumerate(p) if not isinstance(f, _Total)) for p in parts]
+        tables, _ = nonnegative_tables({S: plan.marginal_estimate(residuals, S) for S in set(supports)}, dims)
+        values = np.concatenate(
+            [
+                kron_apply([_dense(p[i]) for i in S], tables[S].reshape(-1)) if S else tables[S].reshape(-1)
+                for p, S in zip(parts, supports, strict=True)
+            ]
+        )
+        return Answers(
+            values=values,
+            histogram_estimate=np.zeros(0),
+            expected_error=expected,
+            expected_error_per_query=expected / workload.n_queries,
+            sigma=mech.sigma,
+            sensitivity=sens,
+            privacy=acct.spent(),
+            calibration=calibration,
+            strategy_method=result.method,
+            bias=result.bias,
+            postprocessing="nonnegative",
+        )
+    values = np.concatenate([plan.part_answers(residuals, p) for p in parts])
     if workload.domain_size <= _DENSE_ESTIMATE_LIMIT:
         x_hat = plan.part_answers(residuals, [Identity(n) for n in dims])
     else:
