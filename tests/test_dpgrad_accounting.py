@@ -397,11 +397,11 @@ def test_batched_gaussian_relation_is_the_callers_choice_and_says_which():
     with pytest.raises(InvalidParameterError, match="replace_one"):
         dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10,
               accountant=make_accountant("rdp", neighbouring="add_remove"))  # fmt: skip
-    ar = make_accountant("rdp", neighbouring="add_remove")
+    ar = make_accountant("pld", neighbouring="add_remove")
     res = dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10, sampling_rate=0.05, accountant=ar)
     assert res.privacy.neighbouring == "add_remove" and res.parameters["n_samples"] is None
     assert res.parameters["sampling_rate"] == 0.05 and any("add/remove" in n for n in res.privacy.notes)
-    assert ar.epsilon(1e-5) == pytest.approx(res.privacy.epsilon, rel=1e-6)
+    assert ar.epsilon(1e-5) == pytest.approx(res.privacy.epsilon, rel=1e-3)  # PLD grids
     with pytest.raises(InvalidParameterError, match="batch_size"):
         dp_gd(PROB, X, y, budget=G, rng=0, iterations=20, sampling_rate=0.05)
     with pytest.raises(InvalidParameterError, match="paper"):

@@ -447,9 +447,9 @@ def plan_noise(
     paper_rule : {"bst14", "thesis"}
         The thesis's amplification lemma used by ``"paper"`` for subsampled steps.
     tight_accountant : {"auto", "rdp", "pld"}
-        Accountant used to calibrate Poisson-subsampled Gaussian steps.  ``"auto"``: RDP under
-        add/remove, PLD under replace-one (dp-accounting's RDP does not analyse Poisson sampling
-        under replace-one; ``"rdp"`` is refused there).
+        Accountant used to calibrate Poisson-subsampled Gaussian steps.  ``"auto"``: PLD (tighter
+        than RDP under both relations; dp-accounting's RDP does not analyse Poisson sampling under
+        replace-one, so ``"rdp"`` is refused there).
     sampling_rate : float, optional
         A declared (public) Poisson sampling rate q.  When given, every step is Poisson-sampled at
         rate q and the run is analysed under **add/remove** neighbours with nothing taken from the
@@ -689,7 +689,7 @@ def plan_noise(
         # add/remove, declared rate: one record changes the batch sum by at most the clip bound C₂
         sens = sensitivity_l2 / 2
         rel: Neighbouring = "add_remove"
-        kind = "rdp" if tight_accountant == "auto" else tight_accountant
+        kind = "pld" if tight_accountant == "auto" else tight_accountant  # PLD: tighter than RDP
     else:
         # replace-one, n public: the replaced record's two contributions differ by at most 2C₂
         sens = sensitivity_l2

@@ -549,8 +549,9 @@ _COMMON_DOC = """
     paper_rule : {"bst14", "thesis"}, default "bst14"
         The thesis's subsampling lemma used by ``calibration="paper"`` (2(m/n)ε0 or 2(e^ε0 - 1)m/n).
     tight_accountant : {"auto", "rdp", "pld"}, default "auto"
-        Accountant calibrating Poisson-subsampled Gaussian noise: ``"auto"`` = RDP under add/remove
-        (``sampling_rate`` given), PLD under replace-one (RDP cannot analyse Poisson sampling there).
+        Accountant calibrating Poisson-subsampled Gaussian noise: ``"auto"`` = PLD (the tight one:
+        for the same noise RDP reports about 9% more ε); ``"rdp"`` only under add/remove
+        (``sampling_rate`` given; RDP cannot analyse Poisson sampling under replace-one).
     x0 : array-like, optional
         Starting point (default 0; must not depend on the data); projected onto the constraint set.
     callback : callable, optional
