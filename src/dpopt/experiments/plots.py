@@ -32,7 +32,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
-from matplotlib.ticker import LogFormatterSciNotation
+from matplotlib.ticker import LogFormatterSciNotation, NullFormatter
 
 from dpopt.exceptions import InvalidParameterError
 from dpopt.experiments.records import _keys, sort_key, summarize
@@ -137,6 +137,19 @@ def _plain_log_ticks(axis: Any) -> None:
     axis.set_minor_formatter(_PlainLogFormatter(10.0, labelOnlyBase=False))
 
 
+def _ticks_at_data(ax: Axes) -> None:
+    """A log x-axis over a few values (a sweep such as ε = 0.5, 1, 2) gets its ticks at those values."""
+    xs: set[float] = set()
+    for line in ax.get_lines():
+        data = np.asarray(line.get_xdata(), dtype=float)
+        xs.update(float(v) for v in data[np.isfinite(data) & (data > 0)])
+    if not 2 <= len(xs) <= 8:
+        return
+    values = sorted(xs)
+    ax.set_xticks(values, [f"{v:g}" for v in values])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _legend_columns(fig: Figure, labels: Sequence[str], fontsize: float) -> int:
     """How many legend entries fit side by side across the figure."""
     char_in = 0.55 * fontsize / 72  # average glyph width, inches
@@ -156,6 +169,8 @@ def _tidy(fig: Figure) -> None:
         for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
             if scale == "log":
                 _plain_log_ticks(axis)
+        if ax.get_xscale() == "log":
+            _ticks_at_data(ax)
     with_legend = [ax for ax in axes if ax.get_legend() is not None]
     entries = [_legend_entries(ax) for ax in with_legend]
     if len(with_legend) > 1 and all(e[1] == entries[0][1] and e[1] for e in entries):

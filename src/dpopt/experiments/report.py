@@ -52,9 +52,9 @@ nav.toc .muted{font-size:.85rem}
 max-width:none;overflow-wrap:anywhere}
 .verdict{padding:.55rem .9rem;border-radius:6px;border:1px solid var(--line);background:#fbfbfb;max-width:none}
 .verdict b.bad{color:var(--bad)}.verdict b.good{color:var(--good)}
-.figures{display:grid;grid-template-columns:repeat(auto-fit,minmax(420px,1fr));gap:1rem;margin:1rem 0}
-.figures figure{margin:0;min-width:0}.figures figure.wide{grid-column:1/-1}
-img{display:block;width:100%;height:auto;border:1px solid #e3e3e3;background:#fff}
+.figures{display:flex;flex-wrap:wrap;gap:1rem 1.2rem;align-items:flex-start;margin:1rem 0}
+.figures figure{margin:0;flex:0 1 auto;max-width:100%;min-width:0}.figures figure.wide{flex-basis:100%}
+img{display:block;max-width:100%;width:auto;height:auto;border:1px solid #e3e3e3;background:#fff}
 figcaption{font-size:.82rem;color:var(--muted);margin-top:.25rem}
 .table-wrap{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;margin:.4rem 0;font-size:.86rem}
@@ -62,7 +62,6 @@ th,td{border:1px solid var(--line);padding:.22rem .55rem;text-align:left;vertica
 th{background:#f0f2f5;position:sticky;top:0}td.num{text-align:right;font-variant-numeric:tabular-nums}
 details{margin:.6rem 0}summary{cursor:pointer;color:var(--accent)}code{background:#f2f2f2;padding:0 .2rem;
 border-radius:3px;overflow-wrap:anywhere}
-@media (max-width:700px){.figures{grid-template-columns:1fr}}
 """
 
 _SPREAD_COLUMN = re.compile(r"(\bstd\b|\bsem\b|spread|range|±|_std$|_sem$|\bmin\b.*\bmax\b)", re.I)
@@ -236,7 +235,7 @@ def _img(path: Path, base: Path, embed: bool, caption: str) -> str:
     else:
         src = Path(os.path.relpath(path, base)).as_posix()
     size = _png_size(path)
-    wide = size is not None and (size[0] >= 800 or size[0] > 2.2 * size[1])  # else two side by side
+    wide = size is not None and size[0] >= 1000  # a row of its own; smaller ones may pair up
     dims = f' width="{size[0]}" height="{size[1]}"' if size is not None else ""
     cls = ' class="wide"' if wide else ""
     return (
