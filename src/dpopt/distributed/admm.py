@@ -24,6 +24,7 @@ The algorithm is written as per-node steps (:mod:`dpopt.distributed._admm_node`)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
@@ -1026,6 +1027,11 @@ class PrivateADMM:
                         break
             if store is not None and status == "completed":
                 store.mark(completed=True)
+        except BaseException:
+            if sites is not None and eng is not None and not own_engine:  # a caller's engine lives on:
+                with contextlib.suppress(Exception):  # drop rows a probe job left in its workers
+                    eng.call("forget")
+            raise
         finally:
             if own_engine and eng is not None:
                 eng.close()

@@ -395,6 +395,8 @@ class ProcessEngine(Engine):
     Workers stay alive between jobs run on the same engine object (they receive the new shard
     programs), until :meth:`close`; dead workers are replaced at the next start.  Workers die
     with the driver (``PR_SET_PDEATHSIG`` on Linux; elsewhere they exit when their pipe closes).
+    The kernel ties that signal to the *thread* that started the worker: start and use an engine
+    from one long-lived thread (e.g. the main thread), or its workers die when that thread ends.
     """
 
     name = "processes"

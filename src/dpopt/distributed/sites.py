@@ -5,9 +5,12 @@ A :class:`Site` describes *how to load* a site's data, not the data: a loader
 (``.npz`` with arrays ``X`` and ``y``, or ``.csv`` with the label in the last column).  The
 description is all the driver holds and sends; the loader runs inside the worker that hosts the
 site (a local process, or a Ray actor placed on the site's machine through the custom resource
-``site:NAME``), so the site's rows never enter the driver's process.  What comes back to the driver
-is public: per site its number of rows B_i, the dimension and whether the rows satisfy the
-declared bounds (a yes/no, never a value), then, each round, the released primal vectors.
+``site:NAME``), so the site's rows never enter the driver's process.  What comes back to the driver:
+per site its number of rows B_i (public in the replace-one privacy model), the dimension and
+whether the rows satisfy the declared bounds (a yes/no, never a value; as with in-memory data, a
+violation stops the run before anything is released, so this one bit per site is not covered by
+the guarantee: sites should enforce the bound, e.g. by scaling rows to norm <= 1, in their
+loader), then, each round, the released primal vectors.
 
 Several small sites may share one worker (``group=``): the worker then asks for every site's
 resource, so Ray places it on a machine that holds all of them, and a site's data never leaves
