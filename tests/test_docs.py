@@ -111,3 +111,15 @@ def test_docs_command_outside_a_checkout(
     assert main(["docs", "--config", "nowhere/mkdocs.yml"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dpopt: error: --config nowhere/mkdocs.yml: file not found")
+
+
+def test_docs_command_says_how_to_install_the_tools(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mkdocs" else real(name, *a)
+    )
+    assert main(["docs", "--config", str(ROOT / "mkdocs.yml")]) == 2
+    err = capsys.readouterr().err
+    assert "needs mkdocs" in err and "pip install -e '.[docs]'" in err
