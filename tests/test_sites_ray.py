@@ -1,4 +1,4 @@
-"""Sites on a real multi-node Ray cluster (one machine, one Ray node per site group; issue 14 §1).
+"""Sites on a real multi-node Ray cluster (one machine, two Ray nodes, one per site group; issue 14 §1).
 
 Each site's actor is placed through the custom resource ``site:NAME`` that only the site's Ray node
 offers; the loaders refuse the driver's process and any node without the site's resource, so the
@@ -42,8 +42,10 @@ def cluster():
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [src, tests, *sys.path[1:3]] + ([old["PYTHONPATH"]] if old["PYTHONPATH"] else [])
     )
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    c.add_node(num_cpus=1, resources={"site:s0": 1, "site:s1": 1})  # machine 1
+    c = Cluster(  # machine 1 (also the head)
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "resources": {"site:s0": 1, "site:s1": 1}, "include_dashboard": False},
+    )
     c.add_node(num_cpus=1, resources={"site:s2": 1, "site:s3": 1})  # machine 2
     ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
     c.wait_for_nodes()
