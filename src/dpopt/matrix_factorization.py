@@ -226,11 +226,12 @@ class MatrixFactorizationProblem:
         row_cuts = k.balanced_cuts(row_counts, self.grid)
         col_cuts = k.balanced_cuts(col_counts, self.grid)
         order, ptr = k.stratify(r.rows, r.cols, row_cuts, col_cuts)
-        object.__setattr__(self, "rows", np.ascontiguousarray(r.rows[order], dtype=np.int64))
-        object.__setattr__(self, "cols", np.ascontiguousarray(r.cols[order], dtype=np.int64))
-        values = np.ascontiguousarray(vals[order], dtype=np.float64)
-        if mu:
-            values -= mu
+        # the layout is the only copy of the ratings (memory-mapped input stays mapped): compact
+        # indices, centred values
+        rows_l, cols_l, values = k.layout(r.rows, r.cols, vals, order, r.shape, mu)
+        del order
+        object.__setattr__(self, "rows", rows_l)
+        object.__setattr__(self, "cols", cols_l)
         object.__setattr__(self, "values", values)
         object.__setattr__(self, "row_cuts", row_cuts)
         object.__setattr__(self, "col_cuts", col_cuts)
@@ -472,8 +473,9 @@ class MatrixFactorizationProblem:
             raise InvalidParameterError(
                 f"ratings: expected a Ratings of shape {self.shape} (same users and items)"
             )
-        rows = np.ascontiguousarray(ratings.rows, dtype=np.int64)
-        cols = np.ascontiguousarray(ratings.cols, dtype=np.int64)
+        it = _kernels().index_dtype(self.shape)
+        rows = np.ascontiguousarray(ratings.rows, dtype=it)
+        cols = np.ascontiguousarray(ratings.cols, dtype=it)
         vals = np.ascontiguousarray(ratings.values, dtype=np.float64)
         if self.offset:
             vals = vals - self.offset

@@ -231,15 +231,28 @@ def warmup() -> None:
         return
     U = np.ones((2, 2))
     V = np.ones((2, 2))
-    i = np.array([0, 1], dtype=np.int64)
     y = np.ones(2)
     ptr = np.array([0, 2], dtype=np.int64)
-    strata_gradient(U, V, i, i, y, ptr, 1, 1.0, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(1))
-    strata_gradient_serial(U, V, i, i, y, ptr, 1, 1.0, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(1))
-    gradient_block(U, V, i, i, y, 0, 2, 1.0, np.zeros((2, 2)), np.zeros((2, 2)))
-    sse_chunks(U, V, i, i, y, ptr, np.zeros(1))
-    sse_chunks_clipped(U, V, i, i, y, ptr, 0.0, 1.0, np.zeros(1))
-    predict_into(U, V, i, i, np.zeros(2))
+    for i in (np.array([0, 1], dtype=np.int64), np.array([0, 1], dtype=np.int32)):
+        strata_gradient(U, V, i, i, y, ptr, 1, 1.0, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(1))
+        strata_gradient_serial(U, V, i, i, y, ptr, 1, 1.0, np.zeros((2, 2)), np.zeros((2, 2)), np.zeros(1))
+        gradient_block(U, V, i, i, y, 0, 2, 1.0, np.zeros((2, 2)), np.zeros((2, 2)))
+        gradient_blocks(
+            U,
+            V,
+            i,
+            i,
+            y,
+            ptr,
+            np.zeros(1, dtype=np.int64),
+            1.0,
+            np.zeros((2, 2)),
+            np.zeros((2, 2)),
+            np.zeros(1),
+        )
+        sse_chunks(U, V, i, i, y, ptr, np.zeros(1))
+        sse_chunks_clipped(U, V, i, i, y, ptr, 0.0, 1.0, np.zeros(1))
+        predict_into(U, V, i, i, np.zeros(2))
     regularize(np.zeros((2, 2)), U, np.ones(2), -1)
     A = np.ones((2, 3))
     chunked_matvec(A, np.ones(3), 8192, np.zeros((1, 2)))
@@ -257,6 +270,32 @@ def balanced_cuts(counts: np.ndarray, p: int) -> np.ndarray:
     return np.concatenate(([0], np.minimum(inner, counts.shape[0]), [counts.shape[0]])).astype(np.int64)
 
 
+@njit(**_OPTS)
+def _block_keys(rows, cols, row_block, col_block, g, keys):  # pragma: no cover - compiled
+    """``keys[e]`` = stratum-major block index of rating ``e``; returns whether the ratings are
+    sorted by (row, col) (one pass over possibly memory-mapped input)."""
+    ok = True
+    pr = -1
+    pc = -1
+    for e in range(rows.shape[0]):
+        a = rows[e]
+        b = cols[e]
+        rb = row_block[a]
+        keys[e] = ((col_block[b] - rb) % g) * g + rb
+        if a < pr or (a == pr and b < pc):
+            ok = False
+        pr = a
+        pc = b
+    return ok
+
+
+@njit(**_OPTS)
+def gather(src, order, out, shift):  # pragma: no cover - compiled
+    """``out[i] = src[order[i]] - shift`` (casts to ``out``'s dtype; reads memory-mapped input once)."""
+    for i in range(order.shape[0]):
+        out[i] = src[order[i]] - shift
+
+
 def stratify(
     rows: np.ndarray, cols: np.ndarray, row_cuts: np.ndarray, col_cuts: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -264,14 +303,59 @@ def stratify(
 
     Block ``r`` of stratum ``s`` holds the ratings with row in interval ``r`` and column in interval
     ``(r + s) mod G``, sorted by (row, col).  Returns ``(order, ptr)``.
+
+    The block keys take one compiled pass; ratings already sorted by (row, col) (files, generators)
+    are then ordered by a linear-time stable radix sort of the small block keys, others by one sort
+    of a combined key (the same order as a lexicographic sort by (block, row, col)).
     """
     g = row_cuts.shape[0] - 1
-    rb = np.searchsorted(row_cuts, rows, side="right") - 1
-    cb = np.searchsorted(col_cuts, cols, side="right") - 1
-    key = ((cb - rb) % g) * g + rb
-    order = np.lexsort((cols, rows, key)).astype(np.int64)
-    ptr = np.concatenate(([0], np.cumsum(np.bincount(key, minlength=g * g)))).astype(np.int64)
+    n = rows.shape[0]
+    row_block = np.repeat(np.arange(g, dtype=np.int64), np.diff(row_cuts))
+    col_block = np.repeat(np.arange(g, dtype=np.int64), np.diff(col_cuts))
+    small = g * g <= np.iinfo(np.int16).max
+    keys = np.empty(n, dtype=np.int16 if small else np.int64)
+    if n:
+        is_sorted = bool(_block_keys(rows, cols, row_block, col_block, g, keys))
+    else:
+        is_sorted = True
+    n_rows, n_cols = int(row_cuts[-1]), int(col_cuts[-1])
+    if is_sorted:
+        order = np.argsort(keys, kind="stable").astype(np.int64)  # radix sort for 16-bit keys
+    elif float(g) * g * max(n_rows, 1) * max(n_cols, 1) < 2.0**62:
+        combined = keys.astype(np.int64) * (n_rows * n_cols)
+        combined += np.asarray(rows, dtype=np.int64) * n_cols
+        combined += np.asarray(cols, dtype=np.int64)
+        order = np.argsort(combined, kind="stable").astype(np.int64)
+        del combined
+    else:  # pragma: no cover - astronomically large matrices
+        order = np.lexsort((cols, rows, keys)).astype(np.int64)
+    ptr = np.concatenate(([0], np.cumsum(np.bincount(keys, minlength=g * g)))).astype(np.int64)
     return order, ptr
+
+
+def index_dtype(shape: tuple[int, int]) -> type[np.signedinteger[Any]]:
+    """``int32`` indices when both dimensions fit (half the memory traffic), else ``int64``."""
+    return np.int32 if max(shape) < 2**31 - 1 else np.int64
+
+
+def layout(
+    rows: np.ndarray,
+    cols: np.ndarray,
+    values: np.ndarray,
+    order: np.ndarray,
+    shape: tuple[int, int],
+    shift: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``rows[order]``, ``cols[order]`` (compact index dtype) and ``values[order] - shift`` (float64)."""
+    it = index_dtype(shape)
+    r = np.empty(order.shape[0], dtype=it)
+    c = np.empty(order.shape[0], dtype=it)
+    v = np.empty(order.shape[0], dtype=np.float64)
+    if order.shape[0]:
+        gather(rows, order, r, 0)
+        gather(cols, order, c, 0)
+        gather(values, order, v, float(shift))
+    return r, c, v
 
 
 def chunk_ptr(keys: np.ndarray, n_chunks: int) -> np.ndarray:

@@ -709,11 +709,15 @@ def plan_noise(
 
     # start the bisection between q·σ_full/2 and σ_full, σ_full = the noise of T unsampled steps
     # (enough for any q); small σ (huge PLD supports, slow RDP) is then never evaluated
-    full = gaussian_sigma(eps, delta, sens * (2 if rel == "replace_one" else 1)) * math.sqrt(T) / math.sqrt(
-        min(s.share for s in segs) * T
+    full = (
+        gaussian_sigma(eps, delta, sens * (2 if rel == "replace_one" else 1))
+        * math.sqrt(T)
+        / math.sqrt(min(s.share for s in segs) * T)
     )
     with _quiet_absl():
-        plan = _calibrate_poisson(segs, make, budget, sens, q, T, full, kind, accountant, sampling, label, rel)
+        plan = _calibrate_poisson(
+            segs, make, budget, sens, q, T, full, kind, accountant, sampling, label, rel
+        )
     note = _ADD_REMOVE_NOTE.format(q=q) if add_remove else _REPLACE_ONE_NOTE.format(q=q)
     spent = dataclasses.replace(plan.privacy, notes=(*plan.privacy.notes, note))
     return dataclasses.replace(plan, privacy=spent)

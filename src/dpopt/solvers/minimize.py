@@ -139,17 +139,27 @@ _METHODS: dict[str, MethodSpec] = {
     # DP gradient methods with smoothing and multistage acceleration (thesis ch. 4)
     "dp_gd": _grad("DP gradient descent on clipped per-example gradients (full batch)", _GRAD + "dp_gd"),
     "dp_sgd": _grad("DP-SGD: dp_gd on sampled batches (pass batch_size)", _GRAD + "dp_gd"),
-    "dp_heavy_ball": _grad("DP heavy-ball momentum (DP-HB / DP-SHB)", _GRAD + "dp_heavy_ball", strongly_convex=True),
-    "dp_nesterov": _grad("DP Nesterov acceleration (DP-NAG / DP-SNAG)", _GRAD + "dp_nesterov", strongly_convex=True),
-    "dp_gdws": _grad("DP-GDwS: DP gradient descent with exponential smoothing (thesis Alg. 4)", _GRAD + "dp_gdws"),
+    "dp_heavy_ball": _grad(
+        "DP heavy-ball momentum (DP-HB / DP-SHB)", _GRAD + "dp_heavy_ball", strongly_convex=True
+    ),
+    "dp_nesterov": _grad(
+        "DP Nesterov acceleration (DP-NAG / DP-SNAG)", _GRAD + "dp_nesterov", strongly_convex=True
+    ),
+    "dp_gdws": _grad(
+        "DP-GDwS: DP gradient descent with exponential smoothing (thesis Alg. 4)", _GRAD + "dp_gdws"
+    ),
     "dp_sgdws": _grad("DP-SGDwS: the stochastic DP-GDwS (thesis Alg. 6)", _GRAD + "dp_gdws"),
     "dp_online_gdws": _grad(
         "DP-onlineGDwS: one pass over disjoint buckets (parallel composition)",
         _GRAD + "dp_online_gdws",
         iteration_option=None,
     ),
-    "dp_masg": _grad("DP M-ASG: multistage accelerated SGD baseline", _MULTI + "dp_masg", strongly_convex=True),
-    "dp_mag": _grad("DP-MAG: multistage accelerated gradient (thesis ch. 4)", _MULTI + "dp_mag", strongly_convex=True),
+    "dp_masg": _grad(
+        "DP M-ASG: multistage accelerated SGD baseline", _MULTI + "dp_masg", strongly_convex=True
+    ),
+    "dp_mag": _grad(
+        "DP-MAG: multistage accelerated gradient (thesis ch. 4)", _MULTI + "dp_mag", strongly_convex=True
+    ),
     "dp_smag": _grad("DP-SMAG: the stochastic DP-MAG", _MULTI + "dp_mag", strongly_convex=True),
 }
 _ALIASES = {
@@ -197,7 +207,9 @@ def method_spec(method: str) -> MethodSpec:
     if name not in _METHODS:
         close = difflib.get_close_matches(str(method), [*_METHODS, *_ALIASES], n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise InvalidParameterError(f"method: unknown {method!r}; {hint}choose one of {available_methods()} or 'auto'")
+        raise InvalidParameterError(
+            f"method: unknown {method!r}; {hint}choose one of {available_methods()} or 'auto'"
+        )
     return _METHODS[name]
 
 
@@ -388,7 +400,9 @@ def minimize(
     return result
 
 
-def _iteration_limit(name: str, spec: MethodSpec, options: dict[str, Any], max_iter: int | None) -> dict[str, Any]:
+def _iteration_limit(
+    name: str, spec: MethodSpec, options: dict[str, Any], max_iter: int | None
+) -> dict[str, Any]:
     """Map ``max_iter`` to the method's own option; old names still work, with a DeprecationWarning."""
     own = spec.iteration_option
     if own is not None and own in options:

@@ -238,7 +238,11 @@ def private_output_perturbation(
     theta = solve.point
     # one Gaussian release of the certified point (rng="secure": snapped to the noise grid, exact
     # sampler, the grid's sensitivity accounted); the same draws as before for seeded generators
-    release = np.asarray(GaussianMechanism(sigma, sens).release(theta, rng=gen), dtype=float) if sigma > 0 else theta
+    release = (
+        np.asarray(GaussianMechanism(sigma, sens).release(theta, rng=gen), dtype=float)
+        if sigma > 0
+        else theta
+    )
     if C is not None:  # post-processing: the released point stays in C
         release = np.asarray(C.project(release), dtype=float)
     status: Status = "converged" if solve.certified else "max_iter"

@@ -183,7 +183,9 @@ class MethodSpec:
 _OPTION_CACHE: dict[tuple[Any, ...], dict[str, OptionSpec]] = {}
 
 
-def _options_of(fn: Callable[..., Any], ranges: tuple[tuple[str, tuple[Any, ...]], ...]) -> dict[str, OptionSpec]:
+def _options_of(
+    fn: Callable[..., Any], ranges: tuple[tuple[str, tuple[Any, ...]], ...]
+) -> dict[str, OptionSpec]:
     key = (fn, ranges)
     if key in _OPTION_CACHE:
         return _OPTION_CACHE[key]
@@ -240,7 +242,9 @@ def _parse_hint(hint: Any) -> tuple[tuple[type, ...], tuple[Any, ...] | None, bo
 
 
 def describe_constraint(constraint: ConstraintSet | None) -> str:
-    return "no constraint set (θ ∈ R^p)" if constraint is None else f"a {type(constraint).__name__} constraint"
+    return (
+        "no constraint set (θ ∈ R^p)" if constraint is None else f"a {type(constraint).__name__} constraint"
+    )
 
 
 def check_call(
@@ -272,7 +276,8 @@ def check_call(
     if not spec.supports_loss(problem.loss):
         loss = problem.loss
         raise InvalidParameterError(
-            f"method {name!r} does not support the {type(loss).__name__}; " + others(lambda s: s.supports_loss(loss))
+            f"method {name!r} does not support the {type(loss).__name__}; "
+            + others(lambda s: s.supports_loss(loss))
         )
     if calibration not in spec.calibrations:
         raise InvalidParameterError(

@@ -34,8 +34,8 @@ Float = NDArray[np.float64]
 # ============================================================================ execution plan
 @dataclass
 class _Subset:
-    rows: NDArray[np.int64]
-    cols: NDArray[np.int64]
+    rows: NDArray[np.integer[Any]]
+    cols: NDArray[np.integer[Any]]
     vals: Float
     ptr: NDArray[np.int64]  # block pointers, stratum by stratum
     n_strata: int
@@ -45,7 +45,23 @@ class _Subset:
     parallel: bool
 
 
-def _plan(problem: MatrixFactorizationProblem, part: Partition, n_threads: int) -> list[_Subset]:
+class _FullCover:
+    """The single-subset cover (full gradients) without materializing ``arange(n_ratings)``."""
+
+    scheme = "full"
+    n_subsets = 1
+    disjoint_blocks = True
+
+    def __init__(self, n: int) -> None:
+        self.n_functions = n
+
+    def balance(self) -> dict[str, Any]:
+        n = self.n_functions
+        return {"scheme": "full", "n_subsets": 1, "subset_sizes": [n], "subset_imbalance": 1.0,
+                "block_sizes": [[n]], "block_imbalance": 1.0}  # fmt: skip
+
+
+def _plan(problem: MatrixFactorizationProblem, part: Partition | _FullCover, n_threads: int) -> list[_Subset]:
     """Kernel layout of every subset (independent of the thread count).
 
     Variable-disjoint blocks (STRATA, STRATA-B) form one stratum processed block-parallel; any other
@@ -55,7 +71,7 @@ def _plan(problem: MatrixFactorizationProblem, part: Partition, n_threads: int) 
     out = []
     n = problem.n_ratings
     mu = float(problem.offset or 0.0)
-    if part.n_subsets == 1 and part.scheme == "full":
+    if isinstance(part, _FullCover):
         # the single-subset cover is the problem's own stratified layout: no second copy
         return [
             _Subset(
@@ -65,6 +81,7 @@ def _plan(problem: MatrixFactorizationProblem, part: Partition, n_threads: int) 
                 parallel=n_threads > 1 and n * problem.width >= _PARALLEL_WORK,
             )
         ]  # fmt: skip
+    assert isinstance(part, Partition)
     for blocks in part.blocks:
         idx = np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
         if part.disjoint_blocks and len(blocks) >= 2:
@@ -74,13 +91,11 @@ def _plan(problem: MatrixFactorizationProblem, part: Partition, n_threads: int) 
             order, ptr = _k.stratify(rt.rows[idx], rt.cols[idx], problem.row_cuts, problem.col_cuts)
             idx = idx[order]
             n_strata = problem.grid
-        vals = np.ascontiguousarray(rt.values[idx], dtype=np.float64)
-        if mu:
-            vals -= mu
+        rows, cols, vals = _k.layout(rt.rows, rt.cols, rt.values, idx, problem.shape, mu)
         out.append(
             _Subset(
-                rows=np.ascontiguousarray(rt.rows[idx], dtype=np.int64),
-                cols=np.ascontiguousarray(rt.cols[idx], dtype=np.int64),
+                rows=rows,
+                cols=cols,
                 vals=vals,
                 ptr=ptr,
                 n_strata=n_strata,
@@ -135,10 +150,10 @@ def _resolve_partition(
     n_subsets: int,
     n_threads: int,
     rng: RNGLike,
-) -> Partition:
+) -> Partition | _FullCover:
     n = problem.n_ratings
     if partition is None:
-        return Partition("full", n, ((np.arange(n, dtype=np.int64),),), disjoint_blocks=True)
+        return _FullCover(n)
     if isinstance(partition, str):
         return make_partition(problem.ratings, partition, n_subsets=n_subsets, n_threads=n_threads, rng=rng)
     if not isinstance(partition, Partition):

@@ -14,9 +14,16 @@ from dpopt.solvers.hamsi.result import HamsiResult
 if TYPE_CHECKING:
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
+
 def _max_iter(max_iter: int | None, max_epochs: int | None, default: int = 100) -> int:
-    value = deprecated_alias({"max_epochs": max_epochs} if max_epochs is not None else {}, "max_epochs",
-                             "max_iter", max_iter, where="hamsi", stacklevel=4)
+    value = deprecated_alias(
+        {"max_epochs": max_epochs} if max_epochs is not None else {},
+        "max_epochs",
+        "max_iter",
+        max_iter,
+        where="hamsi",
+        stacklevel=4,
+    )
     return default if value is None else value
 
 

@@ -86,7 +86,10 @@ def hamsi_dense(
     H = np.asarray(hessian(x), dtype=np.float64)
     orders = subset_schedule(K, schedule, repeat_first=True, rng=gen)
     limit = deprecated_alias(
-        {"max_epochs": max_epochs} if max_epochs is not None else {}, "max_epochs", "max_iter", max_iter,
+        {"max_epochs": max_epochs} if max_epochs is not None else {},
+        "max_epochs",
+        "max_iter",
+        max_iter,
         where="hamsi_dense",
     )
     for t in range(1, check_int(10 if limit is None else limit, "max_iter", minimum=0) + 1):

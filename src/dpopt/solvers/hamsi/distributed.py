@@ -40,7 +40,9 @@ class _ShardSpec:
     rank: int
     U0: Float
     V0: Float
-    blocks: tuple[tuple[NDArray[np.int64], NDArray[np.int64], Float], ...]  # per stratum, local ids
+    blocks: tuple[
+        tuple[NDArray[np.integer[Any]], NDArray[np.integer[Any]], Float], ...
+    ]  # per stratum, local ids
     reg: tuple[float, ...]  # l2 share per stratum
     weight: float
     steps: tuple[tuple[int, int, int, bool, bool], ...]  # (epoch, step, stratum, first, closing)
@@ -209,7 +211,10 @@ def hamsi_distributed(
     if beta_counter not in ("outer", "inner"):
         raise InvalidParameterError("beta_counter: must be 'outer' or 'inner'")
     limit = deprecated_alias(
-        {"max_epochs": max_epochs} if max_epochs is not None else {}, "max_epochs", "max_iter", max_iter,
+        {"max_epochs": max_epochs} if max_epochs is not None else {},
+        "max_epochs",
+        "max_iter",
+        max_iter,
         where="hamsi_distributed",
     )
     max_epochs = check_int(20 if limit is None else limit, "max_iter", minimum=0)
@@ -252,11 +257,10 @@ def hamsi_distributed(
         for s in range(P):
             idx = part.blocks[s][r]
             c = (r + s) % P
-            blocks.append((
-                np.ascontiguousarray(rt.rows[idx] - rc[r], dtype=np.int64),
-                np.ascontiguousarray(rt.cols[idx] - cc[c], dtype=np.int64),
-                np.ascontiguousarray(rt.values[idx], dtype=np.float64) - mu,
-            ))  # fmt: skip
+            b_rows, b_cols, b_vals = _k.layout(rt.rows, rt.cols, rt.values, idx, problem.shape, mu)
+            b_rows -= rc[r]  # local ids of the shard's row block and of column block c
+            b_cols -= cc[c]
+            blocks.append((b_rows, b_cols, b_vals))
         specs.append(
             _ShardSpec(
                 r=r,
