@@ -48,8 +48,8 @@ HERE = Path(__file__).resolve()
 ML100K = HERE.parents[1].parent / "shared" / "datasets" / "movielens-100k" / "u.data"
 
 GRIDS = {  # ridge candidates on each library's own scale
-    ("dpopt", "movielens"): [5.0, 8.0, 10.0, 12.0, 15.0, 20.0],
-    ("cmfrec", "movielens"): [5.0, 8.0, 10.0, 12.0, 15.0, 20.0, 30.0],
+    ("dpopt", "movielens"): [8.0, 10.0, 12.0, 15.0, 20.0],
+    ("cmfrec", "movielens"): [8.0, 10.0, 12.0, 15.0, 20.0],
     ("surprise", "movielens"): [0.02, 0.05, 0.1],
     ("dpopt", "synthetic"): [0.3, 1.0, 3.0],
     ("cmfrec", "synthetic"): [0.3, 1.0, 3.0, 10.0],
@@ -269,7 +269,7 @@ def bench(dataset: str, rank: int, libs: list[str], quick: bool, records: list[d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--datasets", nargs="+", default=["movielens", "synthetic"])
+    ap.add_argument("--datasets", nargs="+", default=["synthetic", "movielens"])
     ap.add_argument("--libraries", nargs="+", default=["dpopt", "cmfrec", "surprise"])
     ap.add_argument("--ranks", nargs="+", type=int, default=[10, 50])
     ap.add_argument("--quick", action="store_true")

@@ -409,3 +409,12 @@ def test_no_stall_on_the_shifted_synthetic_case(model: str, partition: str | Non
         assert r.rmse < 0.6 and r.test_rmse < 0.8
     else:  # near the noise level (0.5)
         assert r.rmse < 0.45 and r.test_rmse < 0.62
+
+
+def test_tolerance_never_fires_during_the_gradient_warm_up() -> None:
+    # tiny warm-up steps (as on large mean-scaled problems) make no progress for `memory` steps;
+    # that is not convergence
+    p = MatrixFactorizationProblem(shifted_ratings(150, 100, 3, 0.2, 5), 3, bias=True, allow_empty=True)
+    r = hamsi(p, max_iter=200, rng=0, init_scale=None, eta_gd=1e6, memory=5, tol=1e-3, patience=2)
+    assert r.n_epochs > 5 + 2
+    assert r.rmse < 0.8 * r.history_rmse[0]

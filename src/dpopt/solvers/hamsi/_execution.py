@@ -315,6 +315,7 @@ def _run(
         mon_x = x.copy() if early_stopping else None
         since = [0]
         restarts_seen = [0]
+        qn_seen = [lbfgs is None]  # a quasi-Newton step since the last evaluation (mb-GD: always)
         running = [0.0, 0]  # sum of the subset SSEs seen since the last evaluation, ratings counted
 
         def evaluate(epoch: int) -> None:
@@ -342,11 +343,15 @@ def _run(
                 value < mon_best[0] * (1.0 - tol)
                 or not math.isfinite(mon_best[0])
                 or restarts_seen[0] != n_restarts
+                or not qn_seen[0]
             ):
-                since[0] = 0  # progress (epochs with a safeguard restart do not count as stalled)
+                # progress; epochs with a safeguard restart, or in HAMSI's gradient warm-up (whose
+                # steps can be tiny on large data), do not count as stalled
+                since[0] = 0
                 restarts_seen[0] = n_restarts
             else:
                 since[0] += 1
+            qn_seen[0] = lbfgs is None
             if value < mon_best[0]:
                 mon_best[0] = value
                 if mon_x is not None:
@@ -443,6 +448,7 @@ def _run(
                     beta = max(beta_floor, (eta * counter) ** gamma)
                     coefs = lbfgs.coefficients(g)
                     _k.lbfgs_apply(x, g, lbfgs.A, coefs, lbfgs.sigma, qn_scale / beta)
+                    qn_seen[0] = True
                     qn_since_safe = True
                 else:
                     e_, g_ = (eta_gd, gamma_gd) if method == "hamsi" else (eta, gamma)
