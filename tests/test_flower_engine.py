@@ -1,0 +1,101 @@
+"""The flower engine's message handling: restricted decoding, sites keep their own loaders.
+
+The safety tests need no Flower; the loopback test (skipped without ``flwr``) drives
+:class:`FlowerEngine` through Flower's message types with the site handler called in-process,
+one fresh program per message as on a SuperNode, and checks bit-identity with the in-process
+engine.  The real federation (TLS, node authentication, separate processes) is in
+``test_flower_federation.py`` (slow).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from dpopt.datasets import make_logistic
+from dpopt.distributed import flower_engine as fe
+from dpopt.distributed.admm import PrivateADMM, geometric
+from dpopt.distributed.sites import Site, SiteShardSpec
+from dpopt.distributed.topology import ring, split_rows
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_safe_loads_refuses_code() -> None:
+    with pytest.raises(fe.MessageRefused, match="not allowed"):
+        fe.safe_loads(pickle.dumps(_Evil()))
+
+
+def test_allowed_function_cannot_be_called_while_decoding() -> None:
+    from dpopt.distributed.sites import make_site_shard
+
+    class CallFactory:
+        def __reduce__(self):
+            return (make_site_shard, (SiteShardSpec(sites=(Site("x", loader="os:system", kwargs={"command": "true"}),)),))
+
+    with pytest.raises(fe.MessageRefused, match="call a function"):
+        fe.safe_loads(pickle.dumps(CallFactory()))
+
+
+def test_site_replaces_the_coordinators_loader_and_refuses_foreign_sites() -> None:
+    local = {"a": Site("a", loader="/site/a.npz")}
+    spec = SiteShardSpec(sites=(Site("a", loader="os:system", kwargs={"command": "true"}),))
+    mine = fe._localize(fe.safe_loads(fe.safe_dumps(spec)), local)
+    assert mine.sites[0].loader == "/site/a.npz" and dict(mine.sites[0].kwargs) == {}
+    with pytest.raises(fe.MessageRefused, match="does not host"):
+        fe._localize(SiteShardSpec(sites=(Site("b", loader="/x.npz"),)), local)
+    with pytest.raises(fe.MessageRefused, match="factory"):
+        fe.handle_site_message("init", {"shard": 0, "factory": "os:system", "spec": fe.safe_dumps(spec)}, [], {}, local)
+
+
+def test_site_config(tmp_path) -> None:
+    p = tmp_path / "site.toml"
+    p.write_text('[[site]]\nname = "a"\nloader = "pkg.mod:load"\n[site.kwargs]\nyear = 2024\n')
+    assert fe.load_site_config(p)["a"].kwargs == {"year": 2024}
+    (tmp_path / "bad.toml").write_text("x = 1\n")
+    with pytest.raises(fe.InvalidParameterError, match="site"):
+        fe.load_site_config(tmp_path / "bad.toml")
+
+
+def test_loopback_flower_messages_equal_inprocess(tmp_path) -> None:
+    pytest.importorskip("flwr")
+    from flwr.app import RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1  # outside a ServerApp
+
+    class Ctx:
+        def __init__(self, cfg):
+            self.node_config, self.state = cfg, RecordDict()
+
+    class LoopbackGrid:
+        def __init__(self, configs):
+            self.nodes = {100 + i: Ctx({fe.NODE_CONFIG_KEY: str(p)}) for i, p in enumerate(configs)}
+
+        def get_node_ids(self):
+            return list(self.nodes)
+
+        def send_and_receive(self, msgs, timeout=None):
+            return [fe.client_reply(m, self.nodes[m.metadata.dst_node_id]) for m in msgs]
+
+    ds = make_logistic(120, 3, rng=0)
+    configs = []
+    for k, rows in enumerate(split_rows(120, 3, rng=0)):
+        np.savez(tmp_path / f"s{k}.npz", X=ds.X[rows], y=ds.y[rows])
+        (tmp_path / f"s{k}.toml").write_text(f'[[site]]\nname = "s{k}"\nloader = "{tmp_path / f"s{k}.npz"}"\n')
+        configs.append(tmp_path / f"s{k}.toml")
+    admm = PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5,
+                       noise_rate=geometric(5.0, 1.05), max_iter=3)  # fmt: skip
+    ref = admm.run([Site(f"s{k}", loader=str(tmp_path / f"s{k}.npz")) for k in range(3)], rng=3, record_models=True)
+    remote = [Site(f"s{k}", loader="held-by-the-site") for k in range(3)]
+    res = admm.run(remote, rng=3, engine=fe.FlowerEngine(LoopbackGrid(configs), n_sites=3), record_models=True)
+    assert np.array_equal(ref.models, res.models)
+    assert ref.models_history is not None and res.models_history is not None
+    assert np.array_equal(ref.models_history, res.models_history)
+    assert ref.privacy.epsilon == res.privacy.epsilon

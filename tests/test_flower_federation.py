@@ -1,0 +1,268 @@
+"""A real Flower federation on loopback: SuperLink + 3 SuperNodes with TLS and node authentication.
+
+Slow (Flower starts a process per message; minutes on a loaded 2-core machine) and needs the
+``flower`` extra: skipped without ``flwr``.  Every wait has a time limit and every process the
+fixture starts is killed (by process group) at teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from dpopt.datasets import make_logistic
+from dpopt.distributed import flower_engine as fe
+from dpopt.distributed.topology import split_rows
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+SRC = Path(__file__).resolve().parents[1] / "src"
+N_SITES = 3
+ROUNDS = 3
+
+LOADER = '''
+import os
+import numpy as np
+
+def load(name, path):
+    """Refuses to run anywhere but in the site's own SuperNode (DPOPT_TEST_SITE set there)."""
+    if os.environ.get("DPOPT_TEST_SITE") != name:
+        raise RuntimeError("site loader called outside its site process")
+    z = np.load(path)
+    return z["X"], z["y"]
+'''
+
+JOB = '''
+from dpopt.distributed.admm import PrivateADMM, geometric
+from dpopt.distributed.sites import Site
+from dpopt.distributed.topology import ring
+
+def make_admm():
+    return PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5,
+                       noise_rate=geometric(5.0, 1.05), max_iter={rounds})
+
+def job():
+    sites = [Site(f"site{{k}}", loader="held-by-the-site") for k in range(3)]
+    return make_admm(), sites, {{"rng": 3, "record_models": True, "timeout": 300.0}}
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"port {port} not open after {timeout} s")
+
+
+def _certificates(d: Path) -> tuple[Path, Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dpopt test CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    key = ec.generate_private_key(ec.SECP384R1())
+    cert = (
+        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                     x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    paths = d / "ca.crt", d / "server.pem", d / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+def _node_key(d: Path, name: str) -> tuple[Path, Path]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP384R1())
+    priv, pub = d / f"{name}.key", d / f"{name}.pub"
+    priv.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+    )
+    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
+    priv.chmod(0o600)
+    return priv, pub
+
+
+class Federation:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: list[Any] = []
+        self.home = root / "flwr-home"
+        self.home.mkdir()
+        self.port = _free_port()
+        self.env = {
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONPATH": os.pathsep.join([str(SRC), str(root)]),
+            "FLWR_HOME": str(self.home),
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+        }
+
+    def start(self, name: str, args: list[str], **env: str) -> subprocess.Popen[bytes]:
+        log = open(self.root / f"{name}.log", "wb")
+        self.logs.append(log)
+        proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env={**self.env, **env}, cwd=self.root, start_new_session=True
+        )
+        self.procs[name] = proc
+        return proc
+
+    def flwr(self, *args: str, timeout: float = 120) -> str:
+        out = subprocess.run(
+            [str(BIN / "flwr"), *args], env=self.env, cwd=self.root, capture_output=True, timeout=timeout, check=False
+        )
+        text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
+        if out.returncode != 0:
+            raise RuntimeError(f"flwr {' '.join(args)} failed: {text[-2000:]}")
+        return text
+
+    def log(self, name: str) -> str:
+        return (self.root / f"{name}.log").read_text(errors="replace")
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        for log in self.logs:
+            log.close()
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    root = tmp_path_factory.mktemp("federation")
+    fed = Federation(root)
+    try:
+        ca, cert, key = _certificates(root)
+        ds = make_logistic(150, 3, rng=0)
+        (root / "flower_test_loader.py").write_text(LOADER)
+        (root / "flower_test_job.py").write_text(JOB.format(rounds=ROUNDS))
+        for k, rows in enumerate(split_rows(150, N_SITES, rng=0)):
+            np.savez(root / f"site{k}.npz", X=ds.X[rows], y=ds.y[rows])
+            (root / f"site{k}.toml").write_text(
+                f'[[site]]\nname = "site{k}"\nloader = "flower_test_loader:load"\n'
+                f'[site.kwargs]\nname = "site{k}"\npath = "{root / f"site{k}.npz"}"\n'
+            )
+        fed.start(
+            "superlink",
+            [str(BIN / "flower-superlink"), "--ssl-ca-certfile", str(ca), "--ssl-certfile", str(cert),
+             "--ssl-keyfile", str(key), "--enable-supernode-auth", "--disable-runtime-dependency-installation",
+             "--port", str(fed.port), "--database", str(root / "state.db")],
+        )  # fmt: skip
+        _wait_port(fed.port, 120)
+        (fed.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "fed"\n\n[superlink.fed]\naddress = "127.0.0.1:{fed.port}"\n'
+            f'root-certificates = "{ca}"\n'
+        )
+        for k in range(N_SITES + 1):
+            priv, pub = _node_key(root, f"node{k}")
+            if k < N_SITES:  # the last one is never registered
+                fed.flwr("supernode", "register", str(pub), "fed")
+            name = f"site{k}" if k < N_SITES else "intruder"
+            fed.start(
+                name,
+                [str(BIN / "flower-supernode"), "--root-certificates", str(ca), "--superlink",
+                 f"127.0.0.1:{fed.port}", "--auth-supernode-private-key", str(priv), "--port", str(_free_port()),
+                 "--node-config", f"{fe.NODE_CONFIG_KEY}='{root / f'site{min(k, N_SITES - 1)}.toml'}'",
+                 *(["--max-retries", "3"] if k == N_SITES else [])],
+                DPOPT_TEST_SITE=f"site{min(k, N_SITES - 1)}",
+            )  # fmt: skip
+        yield fed
+    finally:
+        fed.close()
+
+
+def _reference() -> np.lib.npyio.NpzFile | object:
+    from flower_test_job import make_admm  # type: ignore[import-not-found]
+
+    ds = make_logistic(150, 3, rng=0)
+    data = [(ds.X[r], ds.y[r]) for r in split_rows(150, N_SITES, rng=0)]
+    return make_admm().run(data, rng=3, record_models=True)
+
+
+def test_flower_run_equals_inprocess(federation) -> None:
+    out = federation.root / "result.npz"
+    app = fe.write_app(federation.root / "app")
+    federation.flwr("run", str(app), "fed", "--run-config", f"job='flower_test_job:job' output='{out}'")
+    deadline = time.monotonic() + 900
+    while not out.exists() and time.monotonic() < deadline:
+        assert federation.procs["superlink"].poll() is None, federation.log("superlink")[-3000:]
+        time.sleep(2)
+    assert out.exists(), federation.log("superlink")[-3000:]
+    sys.path.insert(0, str(federation.root))
+    try:
+        ref = _reference()
+    finally:
+        sys.path.remove(str(federation.root))
+    got = np.load(out)
+    assert np.array_equal(got["models"], ref.models)  # type: ignore[attr-defined]
+    assert np.array_equal(got["models_history"], ref.models_history)  # type: ignore[attr-defined]
+    assert float(got["epsilon"]) == ref.privacy.epsilon  # type: ignore[attr-defined]
+
+
+def test_unregistered_supernode_is_refused(federation) -> None:
+    proc = federation.procs["intruder"]
+    deadline = time.monotonic() + 180
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(1)
+    log = federation.log("intruder")
+    assert proc.poll() is not None and proc.returncode != 0, log[-2000:]
+    assert "Connection attempt failed" in log
+    assert federation.log("superlink").count("Activated node_id") == N_SITES  # only the registered ones
+
+
+def test_site_loader_refuses_outside_its_site(federation) -> None:
+    sys.path.insert(0, str(federation.root))
+    try:
+        from flower_test_loader import load  # type: ignore[import-not-found]
+
+        with pytest.raises(RuntimeError, match="outside its site"):
+            load("site0", str(federation.root / "site0.npz"))
+    finally:
+        sys.path.remove(str(federation.root))
