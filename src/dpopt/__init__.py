@@ -6,7 +6,7 @@ fast):
 * :func:`dpopt.minimize` -- private empirical risk minimisation (``dpopt.available_methods()``);
 * :func:`dpopt.answer` and :func:`dpopt.optimize_strategy` -- linear-query release;
 * :class:`dpopt.PrivateADMM` -- private ADMM across data owners; :func:`dpopt.hamsi` -- matrix
-  factorization;
+  factorization, and :class:`dpopt.MFRecommender` -- a recommender fitted with it (not private);
 * :class:`dpopt.Budget`, :func:`dpopt.make_accountant`, :func:`dpopt.calibrate_noise` -- budgets and
   accounting;
 * the scikit-learn estimators :class:`dpopt.DPLogisticRegression`, :class:`dpopt.DPLinearRegression`,
@@ -49,6 +49,7 @@ _LAZY: dict[str, str] = {
     "optimize_strategy": "dpopt.linear_queries",
     "PrivateADMM": "dpopt.distributed.admm",
     "hamsi": "dpopt.solvers.hamsi",
+    "MFRecommender": "dpopt.recommender",
     "DPLogisticRegression": "dpopt.estimators",
     "DPLinearRegression": "dpopt.estimators",
     "DPLasso": "dpopt.estimators",
@@ -69,6 +70,7 @@ __all__ = [
     "ERMProblem",
     "InexactSolveError",
     "InvalidParameterError",
+    "MFRecommender",
     "MissingDataBoundsError",
     "OptimizeResult",
     "PrivacyClaimWarning",
@@ -94,6 +96,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from dpopt.estimators import DPLasso, DPLinearRegression, DPLogisticRegression
     from dpopt.linear_queries import answer, optimize_strategy
     from dpopt.problems import DataBounds, ERMProblem
+    from dpopt.recommender import MFRecommender
     from dpopt.solvers._result import OptimizeResult
     from dpopt.solvers.hamsi import hamsi
     from dpopt.solvers.minimize import (
