@@ -402,10 +402,12 @@ class PrivateADMM:
         f_i(0), independent of the data (``"normal"``: N(0, init_scale²·I), keyed per node).  A given
         array must not depend on the private data.
     local_tol : float, default 1e-10
-        Relative gradient-norm tolerance of the Newton local solves (see
-        :func:`~dpopt.distributed._admm_node.solve_local`).
+        Relative gradient-norm tolerance of the local solves (see
+        :func:`~dpopt.distributed._admm_node.solve_local_batch`: batched over the nodes of a shard,
+        fixed-step gradient iterations where the subproblem is well conditioned, damped Newton
+        elsewhere and for the nodes the gradient phase did not finish).
     local_max_iter : int, default 50
-        Newton iterations before :class:`LocalSolveError`.
+        Newton iterations (after the gradient phase) before :class:`LocalSolveError`.
     mode : {"strict", "reproduce"}, default "strict"
         ``"strict"`` raises when an assumption of the privacy bound fails; ``"reproduce"`` warns
         (:class:`~dpopt.exceptions.PrivacyClaimWarning`), runs, and reports ε = inf.

@@ -330,13 +330,17 @@ def ring_with_chords(n_nodes: int, n_chords: int, *, rng: RNGLike) -> Topology:
     base = ring(n_nodes)
     n = base.n_nodes
     k = check_int(n_chords, "n_chords", minimum=0)
-    existing = {tuple(e) for e in base.edges.tolist()}
-    iu, ju = np.triu_indices(n, k=1)
-    free = [(int(i), int(j)) for i, j in zip(iu, ju, strict=True) if (int(i), int(j)) not in existing]
-    if k > len(free):
-        raise InvalidParameterError(f"n_chords: at most {len(free)} chords fit in a ring of {n} nodes")
-    pick = as_generator(rng).choice(len(free), size=k, replace=False) if k else np.zeros(0, dtype=np.int64)
-    chords = np.array([free[int(c)] for c in pick], dtype=np.int64).reshape(-1, 2)
+    # the free pairs (not ring edges) in upper-triangle row-major order, indexed without listing them:
+    # row 0 holds j = 2..n-2, row i >= 1 holds j = i+2..n-1
+    counts = np.maximum(np.concatenate([[n - 3], n - 2 - np.arange(1, n)]), 0) if n > 2 else np.zeros(n, np.int64)
+    n_free = int(counts.sum())
+    if k > n_free:
+        raise InvalidParameterError(f"n_chords: at most {n_free} chords fit in a ring of {n} nodes")
+    pick = as_generator(rng).choice(n_free, size=k, replace=False) if k else np.zeros(0, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    rows = np.searchsorted(starts, pick, side="right") - 1
+    cols = pick - starts[rows] + rows + 2
+    chords = np.stack([rows, cols], axis=1).astype(np.int64).reshape(-1, 2)
     return Topology(n, np.concatenate([base.edges, chords]), f"ring_with_chords({n}, {k})")
 
 
