@@ -133,8 +133,11 @@ def run_scale(args: argparse.Namespace) -> None:
     )
     print(f"   {'graph':26s} {'rows':>5s} {'code':4s} {'cpu s/rd':>9s} {'wall s/rd':>9s} {'set-up s':>9s} "
           f"{'after s':>8s} {'peak GB':>8s}")
-    for cfg in SCALE_CONFIGS:
+    wanted = {int(k) for k in args.configs.split(",") if k.strip()} if args.configs else None
+    for index, cfg in enumerate(SCALE_CONFIGS):
         if args.max_nodes and cfg["n_nodes"] > args.max_nodes:
+            continue
+        if wanted is not None and index not in wanted:
             continue
         row: dict[str, dict[str, Any]] = {}
         codes = [("new", new_src)]
@@ -174,6 +177,7 @@ def main() -> None:
     ap.add_argument("--skip-adult", action="store_true")
     ap.add_argument("--scale", action="store_true", help="run the scale table (section 3)")
     ap.add_argument("--max-nodes", type=int, default=0, help="skip scale configurations above this N")
+    ap.add_argument("--configs", type=str, default="", help="comma-separated indices into SCALE_CONFIGS (default: all)")
     ap.add_argument("--old-src", type=Path, default=None, help="source tree of the code to compare with")
     ap.add_argument("--old-max-nodes", type=int, default=10_000)
     ap.add_argument("--timeout", type=float, default=3600.0)
