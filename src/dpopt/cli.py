@@ -625,6 +625,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``list``, ``reproduce``, ``report``, ``tour``, ``strategy``, ``answer``)."""
     from dpopt import __version__
     from dpopt.cli_ledger import add_ledger_options, add_ledger_parser
+    from dpopt.cli_site import add_site_parsers
 
     parser = _Parser(
         prog=PROG,
@@ -788,6 +789,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_ledger_options(p)
     p.set_defaults(func=_cmd_answer)
     add_ledger_parser(sub)
+    add_site_parsers(sub)
     for command in sub.choices.values():  # library errors are reported with these flags
         command.set_defaults(_flags=_flag_map(command))
     return parser

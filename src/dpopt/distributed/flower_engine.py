@@ -505,7 +505,9 @@ def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp p
         module, attr = str(context.run_config["job"]).split(":")
         admm, sites, kwargs = getattr(importlib.import_module(module), attr)()
         engine = FlowerEngine(grid, n_sites=len(sites), timeout=kwargs.pop("timeout", None))
+        began = time.perf_counter()
         result = admm.run(sites, engine=engine, **kwargs)
+        seconds = time.perf_counter() - began
         out = Path(str(context.run_config["output"]))
         tmp = out.with_suffix(".tmp.npz")
         np.savez(
@@ -514,6 +516,7 @@ def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp p
             models_history=np.asarray(result.models_history if result.models_history is not None else []),
             node_privacy_history=result.node_privacy_history,
             epsilon=result.privacy.epsilon,
+            seconds=seconds,
         )
         tmp.replace(out)
 

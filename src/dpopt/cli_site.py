@@ -1,0 +1,163 @@
+"""``dpopt site serve`` and ``dpopt admm run``: the parties of a Flower federation (``dpopt[flower]``).
+
+``dpopt site serve --config site.toml`` starts the site's Flower SuperNode with the site's TLS root
+certificate, its node key and its data description (the ``[[site]]`` tables of the same file, read
+by :func:`dpopt.distributed.flower_engine.load_site_config` inside the SuperNode)::
+
+    [supernode]
+    superlink = "coordinator.example.org:9200"
+    root_certificates = "ca.crt"          # the consortium's CA
+    private_key = "site0"                 # this site's node key (OpenSSH EC P-384), never shared
+    port = 9300                           # local runtime API port (optional)
+
+    [[site]]
+    name = "site0"
+    loader = "/data/site0.npz"
+
+``dpopt admm run --federation NAME --job pkg.mod:fn --output result.npz`` runs a job (a function
+returning ``(admm, sites, run_kwargs)``) on the federation named in Flower's configuration
+(``$FLWR_HOME/config.toml``, default ``~/.flwr/config.toml``) and waits (bounded) for the result.
+Both refuse an insecure setup (no TLS root certificate, no node key, or a federation configured
+``insecure = true``) unless ``--insecure`` is given, meant for local tests on loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from dpopt.exceptions import InvalidParameterError
+
+__all__ = ["add_site_parsers", "admm_run_command", "supernode_command"]
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name) or (str(Path(sys.executable).parent / name) if (Path(sys.executable).parent / name).exists() else None)
+    if found is None:
+        raise InvalidParameterError(f"{name} not found: install the Flower extra (pip install 'dpopt[flower]')")
+    return found
+
+
+def supernode_command(config: str | Path, *, insecure: bool = False, executable: str = "flower-supernode") -> list[str]:
+    """The ``flower-supernode`` command line for a site's ``site.toml`` (see the module docstring)."""
+    from dpopt.distributed.flower_engine import NODE_CONFIG_KEY, load_site_config
+
+    path = Path(config).resolve()
+    with open(path, "rb") as fh:
+        raw = tomllib.load(fh)
+    load_site_config(path)  # the [[site]] tables must be valid before anything starts
+    node: dict[str, Any] = raw.get("supernode", {})
+    if not isinstance(node, dict) or "superlink" not in node:
+        raise InvalidParameterError(f"{path}: needs a [supernode] table with superlink = \"host:port\"")
+
+    def rel(p: str) -> str:
+        q = Path(p)
+        return str(q if q.is_absolute() else path.parent / q)
+
+    cmd = [executable, "--superlink", str(node["superlink"])]
+    if node.get("root_certificates") and node.get("private_key"):
+        cmd += ["--root-certificates", rel(str(node["root_certificates"]))]
+        cmd += ["--auth-supernode-private-key", rel(str(node["private_key"]))]
+    elif insecure:
+        cmd += ["--insecure"]
+    else:
+        raise InvalidParameterError(
+            f"{path}: [supernode] needs root_certificates (TLS) and private_key (node authentication); "
+            "pass --insecure only for a local test"
+        )
+    if "port" in node:
+        cmd += ["--port", str(int(node["port"]))]
+    cmd += ["--node-config", f"{NODE_CONFIG_KEY}='{path}'"]
+    return cmd
+
+
+def _flwr_config(federation: str) -> dict[str, Any]:
+    home = Path(os.environ.get("FLWR_HOME", Path.home() / ".flwr"))
+    path = home / "config.toml"
+    if not path.exists():
+        raise InvalidParameterError(f"--federation: no Flower configuration at {path}")
+    with open(path, "rb") as fh:
+        raw = tomllib.load(fh)
+    conn = raw.get("superlink", {}).get(federation)
+    if not isinstance(conn, dict):
+        raise InvalidParameterError(f"--federation: {path} has no [superlink.{federation}] table")
+    return conn
+
+
+def admm_run_command(
+    federation: str, job: str, output: str | Path, app_dir: str | Path, *, insecure: bool = False, executable: str = "flwr"
+) -> list[str]:
+    """The ``flwr run`` command line of ``dpopt admm run`` (writes the app bundle into ``app_dir``)."""
+    from dpopt.distributed.flower_engine import write_app
+
+    conn = _flwr_config(federation)
+    if (conn.get("insecure") or not conn.get("root-certificates")) and not insecure:
+        raise InvalidParameterError(
+            f"--federation: {federation} is configured without TLS (root-certificates); pass --insecure "
+            "only for a local test"
+        )
+    if ":" not in job or "'" in job or "'" in str(output):
+        raise InvalidParameterError("--job: use 'package.module:function'")
+    app = write_app(app_dir)
+    return [executable, "run", str(app), federation, "--run-config", f"job='{job}' output='{Path(output).resolve()}'"]
+
+
+def _cmd_site_serve(args: argparse.Namespace) -> int:
+    cmd = supernode_command(args.config, insecure=args.insecure, executable="flower-supernode")
+    if args.dry_run:
+        print(" ".join(cmd))
+        return 0
+    cmd[0] = _tool("flower-supernode")
+    return subprocess.call(cmd)  # runs until the SuperNode stops (Ctrl-C stops it)
+
+
+def _cmd_admm_run(args: argparse.Namespace) -> int:
+    app_dir = args.app_dir or tempfile.mkdtemp(prefix="dpopt-app-")
+    out = Path(args.output).resolve()
+    cmd = admm_run_command(args.federation, args.job, out, app_dir, insecure=args.insecure, executable="flwr")
+    if args.dry_run:
+        print(" ".join(cmd))
+        return 0
+    cmd[0] = _tool("flwr")
+    before = out.stat().st_mtime if out.exists() else None
+    subprocess.run(cmd, check=True, timeout=300)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        if out.exists() and (before is None or out.stat().st_mtime != before):
+            print(out)
+            return 0
+        time.sleep(2.0)
+    raise InvalidParameterError(
+        f"--timeout: no result at {out} after {args.timeout:g} s (see 'flwr log' for the run's logs)"
+    )
+
+
+def add_site_parsers(sub: Any) -> None:
+    """Register ``site serve`` and ``admm run`` on the ``dpopt`` command's subparsers."""
+    p = sub.add_parser("site", help="run this site's Flower SuperNode (private ADMM across organizations)")
+    ssub = p.add_subparsers(dest="site_command", metavar="SUBCOMMAND", required=True)
+    q = ssub.add_parser("serve", help="start the SuperNode described by site.toml (TLS and node key)")
+    q.add_argument("--config", required=True, help="the site's site.toml ([supernode] and [[site]] tables)")
+    q.add_argument("--insecure", action="store_true", help="no TLS and no node key: local tests only")
+    q.add_argument("--dry-run", action="store_true", help="print the SuperNode command line and exit")
+    q.set_defaults(func=_cmd_site_serve)
+
+    p = sub.add_parser("admm", help="run private ADMM on a Flower federation (coordinator)")
+    asub = p.add_subparsers(dest="admm_command", metavar="SUBCOMMAND", required=True)
+    q = asub.add_parser("run", help="submit a job to a federation and wait for its result")
+    q.add_argument("--federation", required=True, help="a [superlink.NAME] of Flower's config.toml")
+    q.add_argument("--job", required=True, help="'package.module:function' returning (admm, sites, run_kwargs)")
+    q.add_argument("--output", required=True, help="where the coordinator writes the result (.npz)")
+    q.add_argument("--app-dir", default=None, help="where to write the Flower app bundle (default: a temp dir)")
+    q.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the result (default 3600)")
+    q.add_argument("--insecure", action="store_true", help="allow a federation without TLS: local tests only")
+    q.add_argument("--dry-run", action="store_true", help="print the flwr command line and exit")
+    q.set_defaults(func=_cmd_admm_run)
