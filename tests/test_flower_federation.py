@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import ipaddress
+import json
 import os
 import signal
 import socket
@@ -26,6 +27,7 @@ pytest.importorskip("flwr")
 
 from dpopt.datasets import make_logistic
 from dpopt.distributed import flower_engine as fe
+from dpopt.distributed.sites import Site
 from dpopt.distributed.topology import split_rows
 
 pytestmark = pytest.mark.slow
@@ -226,6 +228,19 @@ def _reference() -> np.lib.npyio.NpzFile | object:
     return make_admm().run(data, rng=3, record_models=True)
 
 
+def _local_timings(root: Path) -> dict[str, float]:
+    """Wall time of the same job on the local engines (loaders read the same files)."""
+    from flower_test_job import make_admm  # type: ignore[import-not-found]
+
+    sites = [Site(f"site{k}", loader=str(root / f"site{k}.npz")) for k in range(N_SITES)]
+    out = {}
+    for engine in ("inprocess", "processes"):
+        began = time.perf_counter()
+        make_admm().run(sites, rng=3, engine=engine)
+        out[f"{engine}_run_s"] = time.perf_counter() - began
+    return out
+
+
 def test_flower_run_equals_inprocess(federation) -> None:
     out = federation.root / "result.npz"
     app = fe.write_app(federation.root / "app")
@@ -238,9 +253,13 @@ def test_flower_run_equals_inprocess(federation) -> None:
     sys.path.insert(0, str(federation.root))
     try:
         ref = _reference()
+        local = _local_timings(federation.root)
     finally:
         sys.path.remove(str(federation.root))
     got = np.load(out)
+    timings = {"flower_run_s": float(got["seconds"]), "rounds": ROUNDS, **local}
+    (federation.root / "timings.json").write_text(json.dumps(timings))
+    print("timings (wall s, same job):", timings)
     assert np.array_equal(got["models"], ref.models)  # type: ignore[attr-defined]
     assert np.array_equal(got["models_history"], ref.models_history)  # type: ignore[attr-defined]
     assert float(got["epsilon"]) == ref.privacy.epsilon  # type: ignore[attr-defined]
