@@ -161,3 +161,13 @@ def test_movielens_100k_beats_the_unbiased_model(shared_datasets: Path) -> None:
     # issue 17: the unbiased, unregularized API gave 0.953; cmfrec ALS 0.913 on its own split
     assert rmse < 0.925
     assert model.result_ is not None and model.result_.status == "converged"
+
+
+@pytest.mark.parametrize("solver", ["mbgd", "hamsi_distributed"])
+def test_other_solvers_fit_the_same_model(solver: str) -> None:
+    train, test = split_ratings(shifted(80, 60, 2, 0.4, rng=6), 0.2, rng=0)
+    opts = {"n_shards": 2} if solver == "hamsi_distributed" else {}
+    m = MFRecommender(rank=2, l2=1.0, solver=solver, max_iter=30, rng=0, solver_options=opts)  # type: ignore[arg-type]
+    m.fit(train)
+    assert m.result_ is not None and m.result_.row_bias is not None
+    assert np.isfinite(m.score(test)) and m.score(test) < 1.2

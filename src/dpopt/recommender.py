@@ -148,6 +148,10 @@ class MFRecommender(BaseEstimator):
         Clip predictions to this interval; ``"auto"`` uses the rating scale declared by the data
         (``Ratings.bounds``, e.g. 1-5 for MovieLens) or else the observed training range.
     solver : {"hamsi", "mbgd", "hamsi_distributed"}, default "hamsi"
+        ``"hamsi_distributed"`` (one shard per thread, ``n_shards = n_threads`` unless given in
+        ``solver_options``) has no restart safeguard, stopping tolerance or time budget: it
+        runs ``max_iter`` epochs with warm-up steps bounded by the data's largest bias curvature
+        and quasi-Newton steps halved (``beta_floor=2``).
     max_iter : int, default 500
         Maximum number of epochs.
     time_budget : float or None, default None
@@ -311,6 +315,12 @@ class MFRecommender(BaseEstimator):
         }
         if self.solver == "hamsi_distributed":
             opts.setdefault("n_shards", max(1, int(self.n_threads)))
+            # no restart safeguard on this path: bound the first warm-up step by the inverse of the
+            # largest curvature of a bias coordinate, w x (most ratings of one user or item)
+            most = max(int(np.bincount(train.rows).max()), int(np.bincount(train.cols).max()))
+            g_gd = float(opts.get("gamma_gd", 0.51))
+            opts.setdefault("eta_gd", max(0.001, (2.0 * most / train.n_ratings) ** (1.0 / g_gd)))
+            opts.setdefault("beta_floor", 2.0)  # and halve the quasi-Newton steps (small data overshot)
             res = hamsi_distributed(problem, **common, **opts)
         else:
             common.update(
