@@ -46,10 +46,10 @@ def test_allowed_function_cannot_be_called_while_decoding() -> None:
 def test_site_replaces_the_coordinators_loader_and_refuses_foreign_sites() -> None:
     local = {"a": Site("a", loader="/site/a.npz")}
     spec = SiteShardSpec(sites=(Site("a", loader="os:system", kwargs={"command": "true"}),))
-    mine = fe._localize(fe.safe_loads(fe.safe_dumps(spec)), local)
+    mine = fe._localize_sites(fe.safe_loads(fe.safe_dumps(spec)), local)
     assert mine.sites[0].loader == "/site/a.npz" and dict(mine.sites[0].kwargs) == {}
     with pytest.raises(fe.MessageRefused, match="does not host"):
-        fe._localize(SiteShardSpec(sites=(Site("b", loader="/x.npz"),)), local)
+        fe._localize_sites(SiteShardSpec(sites=(Site("b", loader="/x.npz"),)), local)
     with pytest.raises(fe.MessageRefused, match="factory"):
         fe.handle_site_message("init", {"shard": 0, "factory": "os:system", "spec": fe.safe_dumps(spec)}, [], {}, local)
 
@@ -63,7 +63,8 @@ def test_site_config(tmp_path) -> None:
         fe.load_site_config(tmp_path / "bad.toml")
 
 
-def test_loopback_flower_messages_equal_inprocess(tmp_path) -> None:
+def _loopback(tmp_path, *, site_keys: bool = False):
+    """Three sites' files and configs, and a grid that answers with the site handler in-process."""
     pytest.importorskip("flwr")
     from flwr.app import RecordDict
     from flwr.supercore.task_identity import TaskIdentity
@@ -84,18 +85,41 @@ def test_loopback_flower_messages_equal_inprocess(tmp_path) -> None:
         def send_and_receive(self, msgs, timeout=None):
             return [fe.client_reply(m, self.nodes[m.metadata.dst_node_id]) for m in msgs]
 
+    tmp_path.mkdir(parents=True, exist_ok=True)
     ds = make_logistic(120, 3, rng=0)
     configs = []
     for k, rows in enumerate(split_rows(120, 3, rng=0)):
         np.savez(tmp_path / f"s{k}.npz", X=ds.X[rows], y=ds.y[rows])
-        (tmp_path / f"s{k}.toml").write_text(f'[[site]]\nname = "s{k}"\nloader = "{tmp_path / f"s{k}.npz"}"\n')
+        privacy = f'[privacy]\nnoise_key_file = "s{k}.key"\n' if site_keys else ""
+        (tmp_path / f"s{k}.toml").write_text(f'{privacy}[[site]]\nname = "s{k}"\nloader = "{tmp_path / f"s{k}.npz"}"\n')
         configs.append(tmp_path / f"s{k}.toml")
-    admm = PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5,
+    return LoopbackGrid(configs)
+
+
+def _admm() -> PrivateADMM:
+    return PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5,
                        noise_rate=geometric(5.0, 1.05), max_iter=3)  # fmt: skip
+
+
+REMOTE = [Site(f"s{k}", loader="held-by-the-site") for k in range(3)]
+
+
+def test_loopback_flower_messages_equal_inprocess(tmp_path) -> None:
+    grid = _loopback(tmp_path)
+    admm = _admm()
     ref = admm.run([Site(f"s{k}", loader=str(tmp_path / f"s{k}.npz")) for k in range(3)], rng=3, record_models=True)
-    remote = [Site(f"s{k}", loader="held-by-the-site") for k in range(3)]
-    res = admm.run(remote, rng=3, engine=fe.FlowerEngine(LoopbackGrid(configs), n_sites=3), record_models=True)
+    res = admm.run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
     assert np.array_equal(ref.models, res.models)
     assert ref.models_history is not None and res.models_history is not None
     assert np.array_equal(ref.models_history, res.models_history)
     assert ref.privacy.epsilon == res.privacy.epsilon
+
+
+def test_site_noise_keys_replace_the_coordinators_key(tmp_path) -> None:
+    grid = _loopback(tmp_path, site_keys=True)
+    a = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
+    b = _admm().run(REMOTE, rng=4, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
+    assert np.array_equal(a.models_history, b.models_history)  # the coordinator's key is not used
+    c = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(_loopback(tmp_path / "x"), n_sites=3), record_models=True)
+    assert not np.array_equal(a.models, c.models)  # the sites' own keys drew the noise
+    assert all((tmp_path / f"s{k}.key").stat().st_mode & 0o777 == 0o600 for k in range(3))

@@ -24,9 +24,14 @@ A SuperNode starts a fresh ClientApp process per message (Flower's subprocess is
 program is rebuilt from the stored spec and the last snapshot at every message (the site's rows
 are read again each round); the per-node state lives in Flower's per-run node state.
 
-Limitations (not implemented): the run's noise key and the privacy schedules are chosen by the
-coordinator and sent in the spec (so this engine is not yet safe against a curious coordinator,
-see ``docs/security.md``); no per-site budget cap; no site-side durable checkpoint.
+Noise keys: a site whose ``site.toml`` names a key file (``[privacy] noise_key_file``, see
+:func:`load_noise_key`) draws its nodes' noise from its own key, and the coordinator's run key is
+ignored for them, so the coordinator cannot recompute (and remove) that site's noise.
+
+Limitations (not implemented): the privacy schedules (penalty, noise rates) are still chosen by the
+coordinator and sent in the spec; no per-site budget cap or per-site ledger; no site-side durable
+checkpoint of the per-node state (the coordinator's run directory holds it, as with the other
+engines); see ``docs/security.md``.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ __all__ = [
     "FlowerEngine",
     "MessageRefused",
     "flower_available",
+    "load_noise_key",
     "load_site_config",
     "make_client_app",
     "make_server_app",
@@ -220,7 +226,52 @@ def load_site_config(path: str | Path) -> dict[str, Site]:
     return out
 
 
-def _localize(spec: Any, local: Mapping[str, Site]) -> Any:
+def load_noise_key(path: str | Path) -> tuple[int, int] | None:
+    """The site's own noise key, if its ``site.toml`` names one (``[privacy] noise_key_file``).
+
+    The key file holds two integers; it is created from the operating system's CSPRNG (mode 0600,
+    never overwritten) the first time.  A site with its own key draws the noise of its nodes from
+    it instead of the coordinator's run key, so the coordinator cannot recompute that noise; keep
+    the file as private as the data and reuse it only to resume the same run (a resumed run
+    replays the same noise).  ``None`` when the file names no key.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> p = os.path.join(d, "site.toml")
+    >>> _ = open(p, "w").write('[privacy]\\nnoise_key_file = "key"\\n[[site]]\\nname = "a"\\nloader = "a.npz"\\n')
+    >>> load_noise_key(p) == load_noise_key(p)
+    True
+    >>> oct(os.stat(os.path.join(d, "key")).st_mode & 0o777)
+    '0o600'
+    """
+    import os
+    import secrets
+    import tomllib
+
+    cfg = Path(path)
+    with open(cfg, "rb") as fh:
+        raw = tomllib.load(fh)
+    name = raw.get("privacy", {}).get("noise_key_file")
+    if not name:
+        return None
+    key_path = Path(str(name))
+    if not key_path.is_absolute():
+        key_path = cfg.parent / key_path
+    if not key_path.exists():
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{secrets.randbits(63)} {secrets.randbits(63)}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    parts = key_path.read_text().split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise InvalidParameterError(f"{key_path}: a noise key file holds two non-negative integers")
+    return int(parts[0]), int(parts[1])
+
+
+def _localize_sites(spec: Any, local: Mapping[str, Site]) -> Any:
     """The spec with every Site replaced by this node's own description; foreign sites refused."""
     sites = getattr(spec, "sites", None)
     if sites is None:
@@ -249,12 +300,22 @@ def _snapshot(program: Any) -> Any:
 
 
 def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], state: dict[str, Any],
-                        local: Mapping[str, Site]) -> tuple[Array | None, Any]:  # fmt: skip
+                        local: Mapping[str, Site], noise_key: tuple[int, int] | None = None,
+                        ) -> tuple[Array | None, Any]:  # fmt: skip
     """Run one coordinator request on this site; ``state`` (this run's node state) is updated.
 
     ``op`` is ``"hello"`` (names of the hosted sites), ``"init"``, ``"step"`` or ``"call"``.
-    Returns ``(array or None, picklable value)``.
+    ``noise_key`` (the site's own, :func:`load_noise_key`) replaces the coordinator's run key in
+    the shard spec.  Returns ``(array or None, picklable value)``.
     """
+
+    def _localize(spec: Any, local: Mapping[str, Site]) -> Any:
+        spec = _localize_sites(spec, local)
+        base = getattr(spec, "base", None)
+        if noise_key is not None and base is not None and hasattr(base, "key"):
+            spec = dataclasses.replace(spec, base=dataclasses.replace(base, key=noise_key))
+        return spec
+
     if op == "hello":
         return None, sorted(local)
     shard = int(cfg["shard"])
@@ -302,7 +363,7 @@ def client_reply(msg: Any, context: Any) -> Any:  # pragma: no cover - runs in F
     inputs = [] if arrays is None else [arrays[str(k)].numpy() for k in range(int(cfg.get("n_inputs", 0)))]
     held = context.state.config_records.get("dpopt")
     state: dict[str, Any] = safe_loads(bytes(held["state"])) if held is not None else {}
-    out, value = handle_site_message(str(cfg["op"]), cfg, inputs, state, local)
+    out, value = handle_site_message(str(cfg["op"]), cfg, inputs, state, local, load_noise_key(str(path)))
     context.state["dpopt"] = ConfigRecord({"state": safe_dumps(state)})
     content = RecordDict({"reply": ConfigRecord({"value": safe_dumps(value), "tag": int(cfg.get("tag", -1))})})
     if out is not None:
