@@ -123,3 +123,20 @@ def test_site_noise_keys_replace_the_coordinators_key(tmp_path) -> None:
     c = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(_loopback(tmp_path / "x"), n_sites=3), record_models=True)
     assert not np.array_equal(a.models, c.models)  # the sites' own keys drew the noise
     assert all((tmp_path / f"s{k}.key").stat().st_mode & 0o777 == 0o600 for k in range(3))
+
+
+def test_a_site_that_does_not_answer_is_named(tmp_path) -> None:
+    grid = _loopback(tmp_path)
+    inner = grid.send_and_receive
+    calls = {"n": 0}
+
+    def lossy(msgs, timeout=None):
+        calls["n"] += 1
+        replies = inner(msgs, timeout=timeout)
+        if calls["n"] < 4:  # discovery, probe start, describe, ... then site s1 goes away
+            return replies
+        return [r for r, m in zip(replies, msgs, strict=True) if m.metadata.dst_node_id != 101]
+
+    grid.send_and_receive = lossy
+    with pytest.raises(fe.EngineError, match=r"site s1 \(shard 1\) did not answer"):
+        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3, timeout=5.0))
