@@ -407,7 +407,7 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
             cells = []
             for e in epsilons:
                 v = by[key].get(e, [])
-                cells.append(f"{np.mean(v):.4f} ± {np.std(v) / math.sqrt(len(v)):.4f}" if v else "")
+                cells.append(f"{_fmt(np.mean(v))} ± {_fmt(np.std(v) / math.sqrt(len(v)))}" if v else "")
             nseeds = max((len(v) for v in by[key].values()), default=0)
             c = cpu.get((task, key[1]), [])
             lines.append(f"| {key[1]} | " + " | ".join(cells) + f" | {nseeds} | {np.mean(c):.2f} |" if c else
@@ -415,7 +415,10 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
         for (t, name), err in sorted(errors.items()):
             if t == task:
                 lines.append(f"| {name} | refused: {err[:110]} |")
-        # ratio default / best competitor, per δ family (δ > 0 vs δ = 0) -- like with like
+        # ratio default / best competitor, per δ family (δ > 0 vs δ = 0), replace-one competitors only
+        # (the default is analysed under replace-one; dpsgd_ar is shown in the table for reference)
+        # the method(s) the default resolved to are the default itself, not a competitor
+        itself = {r.get("solver") for r in records if r["task"] == task and r["competitor"] == "default"}
         for delta, pool in ((DELTA, "δ > 0"), (0.0, "pure ε")):
             dkey = (task, "default" if delta > 0 else "default (pure ε)", delta)
             if dkey not in by:
@@ -426,7 +429,12 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
                 comp = [
                     (np.mean(v[e]), name)
                     for (t, name, dl), v in by.items()
-                    if t == task and not name.startswith("default") and e in v and (dl > 0) == (delta > 0)
+                    if t == task
+                    and not name.startswith("default")
+                    and name != "dpsgd_ar"  # add/remove: not the default's relation (like with like)
+                    and name not in itself
+                    and e in v
+                    and (dl > 0) == (delta > 0)
                 ]
                 if not dv or not comp:
                     ratios.append("")
@@ -436,6 +444,10 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
             lines.append(f"\nratio default / best competitor ({pool}): " + " | ".join(
                 f"ε={e:g}: {r}" for e, r in zip(epsilons, ratios, strict=True)))  # fmt: skip
     return "\n".join(lines)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4f}" if abs(x) < 100 else f"{x:.2e}"
 
 
 def plot(records: list[dict[str, Any]], path: str) -> None:

@@ -409,13 +409,15 @@ class DPLasso(_DPRegressor):
 
     Parameters are those of :class:`DPLinearRegression`, with ``norm`` defaulting to ``"linf"``
     (features bounded coordinate-wise, the LASSO setting of [TTZ] Cor. 5.7), ``radius`` the l1
-    radius and ``solver`` defaulting to ``"frank_wolfe"`` (report-noisy-min over the 2p vertices).
+    radius and ``solver`` defaulting to ``"auto"`` = ``"dp_frank_wolfe"`` (report-noisy-min over the
+    2p vertices with few public steps and clipped residuals; ``"frank_wolfe"`` is the seed's Noise-FW).
 
     Privacy
     -------
     (ε, δ)-DP per ``fit`` under replace-one neighbours, given ``‖x‖_∞ <= feature_norm`` (or l2) and
     ``|y| <= label_bound``.  The default tight calibration composes the T-1 report-noisy-min
-    selections with the PLD accountant; ``calibration="paper"`` reproduces [TTZ]'s Laplace scale,
+    selections with the PLD accountant; ``calibration="paper"`` (with ``solver="auto"``: the seed's
+    ``"frank_wolfe"``) reproduces [TTZ]'s Laplace scale,
     which is about 2x too small (warns; ``privacy_spent_`` reports the true ε).
     """
 
@@ -428,7 +430,7 @@ class DPLasso(_DPRegressor):
         label_bound: float | None = None,
         norm: str = "linf",
         clip: bool = False,
-        solver: str = "frank_wolfe",
+        solver: str = "auto",
         l2_penalty: float = 0.0,
         radius: float = 1.0,
         fit_intercept: bool = True,
@@ -456,3 +458,9 @@ class DPLasso(_DPRegressor):
 
     def _constraint(self, dim: int) -> Any:
         return L1Ball(dim, check_positive(self.radius, "radius"))
+
+    def _method(self, n: int) -> str:
+        if self.solver != "auto":
+            return str(self.solver)
+        # the seed's calibration="paper" exists for the seed's Noise-FW only
+        return "frank_wolfe" if self.calibration == "paper" else "dp_frank_wolfe"

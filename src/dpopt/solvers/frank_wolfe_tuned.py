@@ -87,7 +87,7 @@ def tuned_frank_wolfe(
     residual_clip : float, "auto" or None, default "auto"
         Clip of the loss derivative (see :func:`~dpopt.solvers.frank_wolfe.private_frank_wolfe`).
         ``"auto"``: ``label_bound/4`` for the squared loss, none for the others (their derivative is
-        already bounded by the label).
+        already bounded by the label) and none without a budget (``"non-private"``: the exact loss).
     step_rule : {"average", "jaggi", "paper"}, default "average"
         ``μ_t = 1/t`` (θ_T = mean of the selected vertices) or the seed's rules.
     callback : callable, optional
@@ -117,18 +117,18 @@ def tuned_frank_wolfe(
         )
     if calibration not in ("tight", "conservative"):
         raise InvalidParameterError("calibration: must be 'tight' or 'conservative'")
+    bud = parse_budget(budget)
     clip: float | None
     if residual_clip == "auto":
         clip = (
             RESIDUAL_CLIP_FRACTION * problem.bounds.label(required=True)
-            if isinstance(problem.loss, SquaredLoss)
+            if isinstance(problem.loss, SquaredLoss) and bud is not None  # no noise: the exact loss
             else None
         )
     elif residual_clip is None or isinstance(residual_clip, int | float):
         clip = None if residual_clip is None else float(residual_clip)
     else:
         raise InvalidParameterError("residual_clip: expected a positive number, 'auto' or None")
-    bud = parse_budget(budget)
     if iterations is None:
         if bud is None:
             iterations = 50
