@@ -396,3 +396,23 @@ def test_evaluate_strategy_certificate_on_an_optimal_singular_strategy():
 
     res = evaluate_strategy(wl.from_matrix(M.matrix()), plan_from_result(closed).dense_matrix())
     assert res.lower_bound <= closed.objective and 0.0 <= res.gap <= 1e-10
+
+
+@pytest.mark.parametrize("make", [wl.prefix, wl.all_range])
+def test_tridiagonal_inverse_path_matches_the_dense_path(make):
+    W = make(300)  # above the small-n cut-off: the O(n²) structure-aware evaluator
+    fast = optimize_strategy(W)
+    assert fast.params.get("structure", "").startswith("tridiagonal")
+    dense = optimize_strategy(wl.from_matrix(W.matrix()))  # same Gram matrix, no structure
+    assert "structure" not in dense.params
+    assert fast.converged and fast.gap <= 1e-4
+    assert fast.objective == pytest.approx(dense.objective, rel=2e-4)
+    assert fast.lower_bound <= dense.objective and dense.lower_bound <= fast.objective
+    obj, bias = strategy_error(fast.strategy, W.gram())
+    assert obj == pytest.approx(fast.objective, rel=1e-8) and bias < 1e-10
+    V = W.gram()
+    from dpopt.linear_queries.strategy import _tridiagonal_inverse
+
+    d, e = _tridiagonal_inverse(W, 300)
+    T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+    np.testing.assert_allclose(T @ V, np.eye(300), atol=1e-8)
