@@ -324,6 +324,9 @@ def test_answer_from_records_with_a_schema(tmp_path: Path, capsys: pytest.Captur
     assert "'age'" in line and "987654" not in line
     assert main([*argv[:-1], str(tmp_path / "b.csv"), "--clip"]) == 0
     capsys.readouterr()
+    assert main([*argv[:-1], str(tmp_path / "c.csv"), "--clip", "--nonnegative"]) == 0
+    capsys.readouterr()
+    assert min(float(r[1]) for r in _rows(tmp_path / "c.csv")[1:]) >= 0
     # kway needs a schema
     assert main(["answer", "kway:k=2", str(data), "--epsilon", "1", "--delta", "1e-6"]) == 2
     assert "--schema" in _one_error_line(capsys.readouterr().err)
