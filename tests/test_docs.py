@@ -31,6 +31,7 @@ PAGES = [
     "guides/matrix-factorization.md",
     "guides/reproducing.md",
     "privacy.md",
+    "ledger.md",
     "recipes.md",
 ]
 
