@@ -28,6 +28,7 @@ PAGES = [
     "guides/erm.md",
     "guides/admm.md",
     "guides/admm-consortium.md",
+    "guides/flower.md",
     "guides/matrix-factorization.md",
     "guides/reproducing.md",
     "privacy.md",
