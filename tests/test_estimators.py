@@ -170,3 +170,17 @@ def test_pure_epsilon_default_works_and_learns():
         accs.append(est.score(Xte, yte))
     # measured 0.87 (majority class 0.63); diffprivlib's pure-ε figure at ε = 2 is 0.76 (issue 13)
     assert np.mean(accs) > 0.8
+
+
+def test_estimator_errors_speak_in_estimator_terms() -> None:
+    """A bounds violation names clip=True and an unknown solver names solver=, not minimize()'s keywords."""
+    from dpopt.estimators import DPLogisticRegression
+    from dpopt.exceptions import BoundsViolationError, InvalidParameterError
+
+    X = np.random.default_rng(0).normal(size=(40, 3)) * 3
+    y = (X[:, 0] > 0).astype(int)
+    with pytest.raises(BoundsViolationError, match=r"clip=True") as info:
+        DPLogisticRegression(epsilon=1.0, feature_norm=1.0).fit(X, y)
+    assert "DataBounds" not in str(info.value)
+    with pytest.raises(InvalidParameterError, match=r"^DPLogisticRegression: solver: unknown"):
+        DPLogisticRegression(epsilon=1.0, feature_norm=1.0, clip=True, solver="nope").fit(X, y)

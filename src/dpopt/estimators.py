@@ -32,7 +32,7 @@ from dpopt._validation import (
     numeric_or_refuse,
 )
 from dpopt.accounting import Accountant, Budget
-from dpopt.exceptions import InvalidParameterError, MissingDataBoundsError
+from dpopt.exceptions import DPOptError, InvalidParameterError, MissingDataBoundsError
 from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball
 from dpopt.solvers import OptimizeResult, minimize
 
@@ -47,6 +47,28 @@ AUTO_OUTPUT_PERTURBATION_EPSILON_N = 100.0
 #: :func:`dpopt.solvers.output_perturbation.solution_radius`).
 OUTPUT_PERTURBATION_PENALTY = 10.0
 
+
+
+#: minimize()'s vocabulary -> the estimators' parameters (an error names what the caller can change)
+_ESTIMATOR_TERMS = (
+    ("DataBounds(..., clip=True)", "clip=True"),
+    ("method: ", "solver: "),
+    ("method=", "solver="),
+    ("method '", "solver '"),
+)
+
+
+def _in_estimator_terms(exc: DPOptError, estimator: str) -> DPOptError:
+    """The same error, worded with the estimator's parameters (``clip=True``, ``solver=``)."""
+    message = str(exc)
+    for old, new in _ESTIMATOR_TERMS:
+        message = message.replace(old, new)
+    if message == str(exc):
+        return exc
+    try:
+        return type(exc)(f"{estimator}: {message}")
+    except TypeError:  # an error type with a richer constructor keeps its own wording
+        return exc
 
 class _DPLinearModel(BaseEstimator):
     """Shared fitting logic: augment an intercept column, build the ERM problem, call ``minimize``."""
@@ -106,17 +128,20 @@ class _DPLinearModel(BaseEstimator):
         self.l2_penalty_ = penalty = self._penalty(method, bounds, dim)
         problem = ERMProblem(self._loss, bounds, self._constraint(dim), l2_penalty=penalty)
         options = dict(self.solver_options or {})
-        return minimize(
-            problem,
-            self._augment(X, s),
-            y,
-            method=method,
-            budget=self._budget(),
-            rng=self.rng,
-            calibration=self.calibration,
-            accountant=self.accountant,
-            **options,
-        )
+        try:
+            return minimize(
+                problem,
+                self._augment(X, s),
+                y,
+                method=method,
+                budget=self._budget(),
+                rng=self.rng,
+                calibration=self.calibration,
+                accountant=self.accountant,
+                **options,
+            )
+        except DPOptError as exc:
+            raise _in_estimator_terms(exc, type(self).__name__) from exc
 
     def _store(self, result: OptimizeResult) -> None:
         w = np.asarray(result.solution)
