@@ -16,6 +16,7 @@ import numpy as np
 from dpopt.accounting import (
     Accountant,
     Budget,
+    Neighbouring,
     PrivacyEvent,
     PrivacySpent,
     check_caller_accountant,
@@ -291,6 +292,8 @@ def minimize(
     accountant: Accountant | None = None,
     diagnostics: bool = False,
     max_iter: int | None = None,
+    neighbouring: str | None = None,
+    declared_size: int | None = None,
     **options: Any,
 ) -> OptimizeResult:
     """Solve a private empirical-risk-minimisation problem.
@@ -331,6 +334,20 @@ def minimize(
         Frank-Wolfe: exactly the number run, fixed before seeing the data; for the perturbation
         methods: the inner solver's cap).  The methods' own names (``iterations``,
         ``max_iterations``) still work through ``minimize`` with a ``DeprecationWarning``.
+    neighbouring : {"replace_one", "add_remove"}, optional
+        The neighbouring relation the guarantee is stated under (default: the ``accountant``'s,
+        else ``"replace_one"``, dpopt's ERM convention).  Under ``"add_remove"`` the data's size is
+        private, so only methods with a declared Poisson ``sampling_rate`` (the DP gradient
+        methods) qualify, and ``method="auto"`` is DP-SGD with public hyper-parameters (see
+        ``declared_size``).
+    declared_size : int, optional
+        Under ``"add_remove"``: a public, declared dataset size N (not read from the data) from
+        which the DP gradient methods' unset options are derived: expected batch ``m = round(√N)``,
+        ``sampling_rate = m/N``, ``max_iter = 20 epochs = round(20 N/m)``, constant step
+        ``1/(4L)`` with L the declared per-example smoothness (= the textbook learning rate 1 for
+        the logistic loss at feature norm 1), clipping at the declared gradient bound.  A wrong
+        N costs accuracy, never privacy.  Pass ``sampling_rate=`` and ``batch_size=`` instead to
+        choose them yourself.
     **options
         Method-specific options (step sizes, potential, batch size, ...), documented in each
         method's function (``dpopt.solvers.<function>``, listed by ``method_spec(name).target``).
@@ -354,7 +371,9 @@ def minimize(
     Privacy
     -------
     Each method is (ε, δ)-DP for ``budget`` under **replace-one** neighbours (datasets of the same,
-    public size n differing in one record), assuming every record satisfies ``problem.bounds``
+    public size n differing in one record) -- or, with ``neighbouring="add_remove"``, under
+    add/remove neighbours with every hyper-parameter (rate, batch normaliser, steps, step size)
+    from declared quantities, never from the data's size -- assuming every record satisfies ``problem.bounds``
     (which is checked, or enforced by clipping when ``DataBounds(clip=True)``).  Sensitivities
     are derived from the declared bounds and the constraint set only.  Only the returned
     ``solution`` (and, for mirror descent, the iterates it averages) is covered; diagnostics are
@@ -378,10 +397,19 @@ def minimize(
         raise InvalidParameterError("problem: expected a dpopt.problems.ERMProblem")
     if not isinstance(method, str):
         raise InvalidParameterError("method: expected a method name (a string); see available_methods()")
-    name = _auto_method(problem) if method == "auto" else _ALIASES.get(method, method)
-    spec = method_spec(name)
-    opts = _iteration_limit(name, spec, dict(options), max_iter)
     rel = accountant.neighbouring if isinstance(accountant, Accountant) else None
+    relation = _relation(neighbouring, rel, declared_size)
+    if relation == "add_remove":
+        name = "dp_sgd" if method == "auto" else _ALIASES.get(method, method)
+    else:
+        name = _auto_method(problem) if method == "auto" else _ALIASES.get(method, method)
+    spec = method_spec(name)
+    if relation == "add_remove":
+        options, max_iter = _add_remove_options(
+            name, spec, problem, X, dict(options), max_iter, declared_size
+        )
+        rel = relation
+    opts = _iteration_limit(name, spec, dict(options), max_iter)
     if not isinstance(calibration, str):
         raise InvalidParameterError(f"calibration: expected one of {list(spec.calibrations)}")
     check_call(name, spec, problem, calibration, rel, opts, _METHODS)
@@ -397,7 +425,96 @@ def minimize(
         **opts,
     )
     _check_feasible(name, problem, result)
+    spent = getattr(result, "privacy", None)
+    if relation == "add_remove" and spent is not None and spent.neighbouring != relation:
+        raise DPOptError(  # pragma: no cover - safety net of the add/remove contract
+            f"internal error: method {name!r} reported {result.privacy.neighbouring!r} neighbours for an "
+            "add/remove call; please report this bug"
+        )
     return result
+
+
+_RELATIONS = ("replace_one", "add_remove")
+#: epochs of the add/remove DP-SGD default (the textbook setting, fixed before seeing the data)
+ADD_REMOVE_EPOCHS = 20
+
+
+def _relation(
+    neighbouring: str | None, accountant_rel: Neighbouring | None, declared_size: int | None
+) -> Neighbouring:
+    """The call's neighbouring relation: the argument, else the accountant's, else replace-one."""
+    if neighbouring is not None and neighbouring not in _RELATIONS:
+        raise InvalidParameterError(f"neighbouring: expected one of {list(_RELATIONS)}")
+    if neighbouring is not None and accountant_rel is not None and neighbouring != accountant_rel:
+        raise InvalidParameterError(
+            f"neighbouring: {neighbouring!r} differs from the accountant's {accountant_rel!r}; pass one relation"
+        )
+    relation: Neighbouring = (
+        "add_remove" if (neighbouring or accountant_rel) == "add_remove" else "replace_one"
+    )
+    if declared_size is not None and relation != "add_remove":
+        raise InvalidParameterError(
+            "declared_size: only used with neighbouring='add_remove' (under replace-one n is public)"
+        )
+    return relation
+
+
+def _add_remove_options(
+    name: str,
+    spec: MethodSpec,
+    problem: ERMProblem,
+    X: Any,
+    options: dict[str, Any],
+    max_iter: int | None,
+    declared_size: int | None,
+) -> tuple[dict[str, Any], int | None]:
+    """DP-SGD's unset options under add/remove, from the declared size and bounds only (never the data's n)."""
+    if "add_remove" not in spec.neighbouring or "sampling_rate" not in spec.options():
+        ok = sorted(
+            k
+            for k, s in _METHODS.items()
+            if "add_remove" in s.neighbouring and "sampling_rate" in s.options()
+        )
+        raise InvalidParameterError(
+            f"neighbouring: method {name!r} is analysed under neighbouring='replace_one' only (it uses the data's "
+            f"size, private under add/remove); methods with an add/remove analysis: {ok}"
+        )
+    if "sampling_rate" in options:
+        if declared_size is not None:
+            raise InvalidParameterError("declared_size: pass either declared_size or sampling_rate, not both")
+        return options, max_iter
+    if declared_size is None:
+        raise InvalidParameterError(
+            "neighbouring='add_remove': the data's size is private, so the sampling rate cannot come from it; "
+            "pass declared_size= (a public dataset size) or sampling_rate= and batch_size="
+        )
+    if (
+        isinstance(declared_size, bool)
+        or not isinstance(declared_size, numbers.Integral)
+        or declared_size < 1
+    ):
+        raise InvalidParameterError("declared_size: expected a positive int (a public dataset size)")
+    N = int(declared_size)
+    m = int(options.get("batch_size") or max(1, round(math.sqrt(N))))
+    if m > N:
+        raise InvalidParameterError("batch_size: must not exceed declared_size")
+    options.setdefault("batch_size", m)
+    options["sampling_rate"] = m / N
+    if max_iter is None and spec.iteration_option not in options:
+        max_iter = max(1, round(ADD_REMOVE_EPOCHS * N / m))
+    if "step" not in options and name in ("dp_gd", "dp_sgd"):
+        try:
+            L = problem.smoothness(int(np.shape(X)[1])) + problem.l2_penalty
+        except (DPOptError, IndexError, TypeError):
+            L = 0.0
+        options["step"] = 1.0 / (4.0 * L) if L > 0 and math.isfinite(L) else 1.0
+    if "clip" not in options:
+        try:  # clip at the declared per-example gradient bound when the bounds give one
+            problem.derivative_bound(int(np.shape(X)[1]))
+            options["clip"] = None
+        except (DPOptError, IndexError, TypeError):
+            pass
+    return options, max_iter
 
 
 def _iteration_limit(
