@@ -66,6 +66,7 @@ _BUILTIN_MODULES: tuple[str, ...] = (
     "dpopt.experiments.kuru",
     "dpopt.experiments.hamsi",
     "dpopt.experiments.admm",
+    "dpopt.experiments.admm_utility",
 )
 
 #: Names of experiments (besides those named ``tour-*``) that ``dpopt tour`` also runs at quick scale.
