@@ -431,13 +431,21 @@ class MatrixFactorizationProblem:
         return float((c * max(m2, 1e-12) / self.rank) ** 0.25)
 
     def init_factors(
-        self, *, rng: RNGLike, scale: float | None = 1.0
+        self, *, rng: RNGLike, scale: float | Literal["spectral"] | None = 1.0
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """Random working factors: i.i.d. ``N(0, scale²)`` factor entries, zero biases.
 
-        ``scale = 1`` is the reference code's; ``None`` uses :meth:`default_init_scale`.
+        ``scale = 1`` is the reference code's; ``None`` uses :meth:`default_init_scale`;
+        ``"spectral"`` starts from :meth:`spectral_factors` (plus ``N(0, (0.05 s)²)`` entries, ``s``
+        the default scale, so that no direction starts at the saddle point ``0``).
         """
-        s = self.default_init_scale() if scale is None else check_positive(scale, "scale")
+        spectral = isinstance(scale, str)
+        if spectral and scale != "spectral":
+            raise InvalidParameterError("scale: expected a positive number, None or 'spectral'")
+        if spectral or scale is None:
+            s = self.default_init_scale() * (0.05 if spectral else 1.0)
+        else:
+            s = check_positive(scale, "scale")
         gen = as_generator(rng)
         n_rows, n_cols = self.shape
         check_memory(
@@ -447,9 +455,49 @@ class MatrixFactorizationProblem:
         )
         U = s * gen.standard_normal((n_rows, self.rank))
         V = s * gen.standard_normal((n_cols, self.rank))
+        if spectral:
+            U0, V0 = self.spectral_factors(rng=gen)
+            U += U0
+            V += V0
         if not self.bias:
             return U, V
         return self.augment(U, V)
+
+    def spectral_factors(
+        self, *, rng: RNGLike, n_power: int = 2
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Plain factors from the top singular subspace of the (offset-subtracted) rating matrix.
+
+        ``A`` is the sparse ``n_rows x n_cols`` matrix of the ratings minus ``offset`` (zeros where
+        unobserved), ``p = |Ω| / (n_rows n_cols)`` its density.  A randomized subspace iteration
+        (``rank + 5`` random directions from ``rng``, ``n_power`` power steps) gives ``A ≈ Q S Pᵀ``;
+        the factors are ``U = Q D``, ``V = P D`` with ``D² = max(S - λ_ALS, 0) / p``: the ridge
+        solution of the fully observed problem (singular values soft-thresholded by
+        ``λ_ALS = l2 / w``), rescaled from the observed to the full matrix.  Starting here skips
+        the slow escape from the saddle point at zero of a small random start on large data
+        (``docs/mf_peers.md``).  Costs ``2 n_power + 3`` sparse products with ``rank + 5`` vectors.
+        """
+        import scipy.sparse as sp
+
+        n_power = check_int(n_power, "n_power", minimum=0)
+        gen = as_generator(rng)
+        n_rows, n_cols = self.shape
+        A = sp.csr_matrix((self.values, (self.rows, self.cols)), shape=(n_rows, n_cols))
+        k = min(self.rank + 5, n_rows, n_cols)
+        Y = A @ gen.standard_normal((n_cols, k))
+        for _ in range(n_power):
+            Q, _ = np.linalg.qr(Y)
+            Y = A @ (A.T @ Q)
+        Q, _ = np.linalg.qr(Y)
+        Ub, sv, Pt = np.linalg.svd(np.asarray((A.T @ Q).T), full_matrices=False)
+        L = min(self.rank, sv.shape[0])
+        density = self.n_ratings / (float(n_rows) * n_cols)
+        d = np.sqrt(np.maximum(sv[:L] - self.l2 / self.weight, 0.0) / density)
+        U = np.zeros((n_rows, self.rank))
+        V = np.zeros((n_cols, self.rank))
+        U[:, :L] = (Q @ Ub[:, :L]) * d
+        V[:, :L] = Pt[:L].T * d
+        return U, V
 
     def _check_factors(self, U: Any, V: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         U_ = np.ascontiguousarray(as_float_array(U, "U", finite=False))

@@ -166,8 +166,12 @@ class MFRecommender(BaseEstimator):
     validation_fraction : float, default 0.1
     n_threads : int, default 1
         Threads of the compiled kernels.
-    init_scale : float or None, default None
-        Standard deviation of the initial factors; ``None`` scales it to the data.
+    init_scale : float, "spectral" or None, default "spectral"
+        ``"spectral"`` starts from the ridge-thresholded top singular subspace of the ratings
+        (:meth:`~dpopt.matrix_factorization.MatrixFactorizationProblem.spectral_factors`; 2.2x
+        faster to within 1 % of the best test RMSE on 2M synthetic ratings, same RMSE on
+        MovieLens 100K on average over seeds, ``docs/mf_peers.md``); a number is the standard
+        deviation of random initial factors; ``None`` scales that to the data.
     solver_options : dict or None
         Further keywords for the solver (e.g. ``{"partition": "strata-b"}``, ``{"memory": 5}``).
     rng : int, Generator, "secure" or None, default None
@@ -226,7 +230,7 @@ class MFRecommender(BaseEstimator):
         early_stopping: bool = False,
         validation_fraction: float = 0.1,
         n_threads: int = 1,
-        init_scale: float | None = None,
+        init_scale: float | Literal["spectral"] | None = "spectral",
         solver_options: dict[str, Any] | None = None,
         rng: RNGLike = None,
     ) -> None:

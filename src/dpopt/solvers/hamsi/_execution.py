@@ -170,7 +170,7 @@ _DIVERGED = "diverged (non-finite values); the factors are the best evaluated it
 
 
 def _initial_point(
-    problem: MatrixFactorizationProblem, init: Any, init_scale: float | None, rng: np.random.Generator
+    problem: MatrixFactorizationProblem, init: Any, init_scale: float | Literal["spectral"] | None, rng: np.random.Generator
 ) -> Float:
     """Flat working vector of the initial factors: ``init`` (plain or working factors) or random."""
     if init is None:
@@ -213,7 +213,7 @@ def _run(
     backend: str,
     n_subsets: int,
     init: tuple[Any, Any] | None,
-    init_scale: float | None,
+    init_scale: float | Literal["spectral"] | None,
     test: Ratings | None,
     eval_every: int,
     rng: RNGLike,

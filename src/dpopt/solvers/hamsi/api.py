@@ -50,11 +50,12 @@ _COMMON_DOC = """
     init : (U0, V0), (U0, V0, row_bias, col_bias) or None
         Initial factors (plain or working factors, see :mod:`dpopt.matrix_factorization`);
         default i.i.d. ``N(0, init_scale²)`` factors drawn from ``rng`` and zero biases.
-    init_scale : float or None, default 1.0
+    init_scale : float, "spectral" or None, default 1.0
         Standard deviation of the random initial factors; ``None`` scales it to the data
         (:meth:`~dpopt.matrix_factorization.MatrixFactorizationProblem.default_init_scale`;
         recommended, and what :class:`dpopt.recommender.MFRecommender` uses).  ``1.0`` is the
-        reference code's choice.
+        reference code's choice.  ``"spectral"``: start from
+        :meth:`~dpopt.matrix_factorization.MatrixFactorizationProblem.spectral_factors`.
     test : Ratings or None
         Held-out ratings (same shape) whose RMSE is recorded at every evaluation (predictions
         clipped when the problem has ``clip``).  Pass a *validation* split here for early stopping.
@@ -110,7 +111,7 @@ def hamsi(
     backend: Literal["threads", "numba"] = "threads",
     n_subsets: int = 20,
     init: tuple[Any, ...] | None = None,
-    init_scale: float | None = 1.0,
+    init_scale: float | Literal["spectral"] | None = 1.0,
     test: Ratings | None = None,
     eval_every: int = 1,
     rng: RNGLike,
@@ -201,7 +202,7 @@ def mbgd(
     backend: Literal["threads", "numba"] = "threads",
     n_subsets: int = 20,
     init: tuple[Any, ...] | None = None,
-    init_scale: float | None = 1.0,
+    init_scale: float | Literal["spectral"] | None = 1.0,
     test: Ratings | None = None,
     eval_every: int = 1,
     rng: RNGLike,

@@ -181,7 +181,7 @@ def hamsi_distributed(
     curvature_tol: float | None = None,
     max_iter: int | None = None,
     init: tuple[Any, ...] | None = None,
-    init_scale: float | None = 1.0,
+    init_scale: float | Literal["spectral"] | None = 1.0,
     test: Ratings | None = None,
     rng: RNGLike,
     callback: Callback | None = None,
