@@ -74,3 +74,21 @@ def test_add_remove_accountant_selects_the_relation_and_explicit_rate_is_kept() 
     res = minimize(PROB, X, y, budget=Budget(1.0, 1e-5), rng=0, accountant=acc, sampling_rate=0.1, batch_size=20,
                    max_iter=50)  # fmt: skip
     assert res.method == "dp_sgd" and res.privacy.neighbouring == "add_remove" and res.nit == 50
+
+
+def test_logistic_estimator_under_add_remove() -> None:
+    from sklearn.base import clone
+
+    from dpopt.estimators import DPLogisticRegression
+    from dpopt.exceptions import DPOptError
+
+    X, y, Xte, yte = _task(3)
+    est = DPLogisticRegression(
+        epsilon=2.0, feature_norm=1.0, rng=0, neighbouring="add_remove", declared_size=400
+    )
+    est.fit(X, y)
+    assert est.solver_ == "dp_sgd" and est.privacy_spent_.neighbouring == "add_remove"
+    assert est.score(Xte, yte) > 0.75
+    assert clone(est).get_params()["declared_size"] == 400
+    with pytest.raises(DPOptError, match="declared_size"):
+        DPLogisticRegression(epsilon=1.0, feature_norm=1.0, rng=0, neighbouring="add_remove").fit(X, y)

@@ -48,7 +48,6 @@ AUTO_OUTPUT_PERTURBATION_EPSILON_N = 100.0
 OUTPUT_PERTURBATION_PENALTY = 10.0
 
 
-
 #: minimize()'s vocabulary -> the estimators' parameters (an error names what the caller can change)
 _ESTIMATOR_TERMS = (
     ("DataBounds(..., clip=True)", "clip=True"),
@@ -69,6 +68,7 @@ def _in_estimator_terms(exc: DPOptError, estimator: str) -> DPOptError:
         return type(exc)(f"{estimator}: {message}")
     except TypeError:  # an error type with a richer constructor keeps its own wording
         return exc
+
 
 class _DPLinearModel(BaseEstimator):
     """Shared fitting logic: augment an intercept column, build the ERM problem, call ``minimize``."""
@@ -138,10 +138,20 @@ class _DPLinearModel(BaseEstimator):
                 rng=self.rng,
                 calibration=self.calibration,
                 accountant=self.accountant,
+                **self._relation_options(),
                 **options,
             )
         except DPOptError as exc:
             raise _in_estimator_terms(exc, type(self).__name__) from exc
+
+    def _relation_options(self) -> dict[str, Any]:
+        """``neighbouring``/``declared_size`` for ``minimize``, for the estimators that take them."""
+        out: dict[str, Any] = {}
+        for key in ("neighbouring", "declared_size"):
+            value = getattr(self, key, None)
+            if value is not None:
+                out[key] = value
+        return out
 
     def _store(self, result: OptimizeResult) -> None:
         w = np.asarray(result.solution)
@@ -212,6 +222,13 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         spends before drawing noise, and which refuses fits over its budget.  It is shared, not
         copied, by :func:`sklearn.base.clone`, so the fits of a ``GridSearchCV`` or
         ``cross_val_score`` all land in the one ledger.
+    neighbouring : {"replace_one", "add_remove"} or None, default None
+        The neighbouring relation of the guarantee (None: the accountant's, else replace-one).
+        ``"add_remove"``: the data's size is private; ``solver="auto"`` is then DP-SGD with
+        hyper-parameters from ``declared_size`` (see :func:`dpopt.solvers.minimize`).
+    declared_size : int or None, default None
+        Public dataset size N used under ``neighbouring="add_remove"`` (never read from the data; a
+        wrong N costs accuracy, not privacy).
 
     Attributes
     ----------
@@ -230,7 +247,9 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
 
     Privacy
     -------
-    Each ``fit`` is (ε, δ)-DP with respect to replacing one row of ``(X, y)`` (n public), given
+    Each ``fit`` is (ε, δ)-DP with respect to replacing one row of ``(X, y)`` (n public) -- with
+    ``neighbouring="add_remove"``, adding or removing one row (the default solver is then DP-SGD
+    with a declared Poisson rate and PLD accounting; n is not used) -- given
     that every row satisfies the declared ``feature_norm`` (checked; clipped if ``clip=True``).
     Labels are mapped to ±1.  The whole fit is one release by the chosen solver, composed into its
     accountant before any noise is drawn:
@@ -268,6 +287,8 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         solver_options: dict[str, Any] | None = None,
         rng: Any = None,
         accountant: Accountant | None = None,
+        neighbouring: str | None = None,
+        declared_size: int | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -283,6 +304,8 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         self.solver_options = solver_options
         self.rng = rng
         self.accountant = accountant
+        self.neighbouring = neighbouring
+        self.declared_size = declared_size
 
     def _constraint(self, dim: int) -> Any:
         return None if self.max_norm is None else L2Ball(dim, check_positive(self.max_norm, "max_norm"))
@@ -290,6 +313,9 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
     def _method(self, n: int) -> str:
         if self.solver != "auto":
             return str(self.solver)
+        acct_rel = getattr(self.accountant, "neighbouring", None)
+        if (self.neighbouring or acct_rel) == "add_remove":
+            return "dp_sgd"  # n is private under add/remove: no size-based switch
         budget = self._budget()
         if (
             isinstance(budget, Budget)
