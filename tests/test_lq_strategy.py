@@ -416,3 +416,37 @@ def test_tridiagonal_inverse_path_matches_the_dense_path(make):
     d, e = _tridiagonal_inverse(W, 300)
     T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
     np.testing.assert_allclose(T @ V, np.eye(300), atol=1e-8)
+
+
+@pytest.mark.parametrize("make", [wl.prefix, wl.all_range])
+def test_tridiagonal_certificate_is_below_the_exact_bound_and_tight(make):
+    from dpopt.linear_queries.strategy import _tridiagonal_inverse, tridiagonal_dual_bound
+
+    n = 300
+    W = make(n)
+    V = W.gram()
+    d, e = _tridiagonal_inverse(W, n)
+    rng = np.random.default_rng(3)
+    for y in (np.ones(n), rng.uniform(0.05, 20.0, n)):
+        s = np.sqrt(y)
+        lam = np.linalg.eigvalsh(s[:, None] * V * s[None, :])
+        exact = np.sum(np.sqrt(np.clip(lam, 0.0, None))) ** 2 / y.sum()
+        cert = tridiagonal_dual_bound(d, e, y)
+        assert cert <= exact and (exact - cert) / exact < 1e-7  # certified, with room for a 1e-7 gap
+        # a planted bug (the certificate of a slightly larger workload) is refuted
+        assert tridiagonal_dual_bound(d * (1 - 1e-6), e * (1 - 1e-6), y) > exact
+    with pytest.raises(InvalidParameterError):
+        tridiagonal_dual_bound(d, e, np.zeros(n))
+
+
+@pytest.mark.parametrize("make", [wl.prefix, wl.all_range])
+def test_tol_1e7_certifies_a_1e7_gap_on_the_structured_path(make):
+    W = make(300)
+    tight = optimize_strategy(W, tol=1e-7)
+    assert tight.params.get("structure", "").startswith("tridiagonal")
+    assert tight.converged and 0.0 <= tight.gap <= 1e-7
+    obj, _ = strategy_error(tight.strategy, W.gram())
+    assert obj == pytest.approx(tight.objective, rel=1e-9)
+    assert tight.lower_bound <= obj
+    default = optimize_strategy(W)
+    assert tight.objective <= default.objective * (1 + 1e-12)
