@@ -418,3 +418,34 @@ def test_tolerance_never_fires_during_the_gradient_warm_up() -> None:
     r = hamsi(p, max_iter=200, rng=0, init_scale=None, eta_gd=1e6, memory=5, tol=1e-3, patience=2)
     assert r.n_epochs > 5 + 2
     assert r.rmse < 0.8 * r.history_rmse[0]
+
+
+# ---------------------------------------------------------------- durable resume (issue 14 §2)
+@pytest.mark.parametrize(("partition", "schedule"), [(None, "det"), ("hogwild", "stoc")])
+def test_resume_from_checkpoint_equals_an_uninterrupted_run(
+    tmp_path: Path, partition: str | None, schedule: str
+) -> None:
+    r = make_low_rank_ratings(60, 40, 3, 0.5, rng=1, noise_std=0.1)
+    p = MatrixFactorizationProblem(r, 3, bias=True, l2=1e-3)
+    kw: dict[str, object] = {
+        "partition": partition,
+        "schedule": schedule,
+        "rng": 7,
+        "init_scale": None,
+        "n_subsets": 4,
+    }
+    full = hamsi(p, max_iter=12, **kw)
+    first = hamsi(p, max_iter=5, checkpoint_dir=tmp_path, checkpoint_every=5, **kw)
+    assert first.n_epochs == 5 and [f.name for f in tmp_path.iterdir()] == ["hamsi_state.npz"]
+    resumed = hamsi(p, max_iter=12, checkpoint_dir=tmp_path, resume=True, **kw)
+    assert resumed.n_epochs == 12 and resumed.n_steps == full.n_steps
+    assert resumed.n_restarts == full.n_restarts
+    np.testing.assert_array_equal(resumed.U, full.U)
+    np.testing.assert_array_equal(resumed.V, full.V)
+    np.testing.assert_array_equal(resumed.history_rmse, full.history_rmse)
+    np.testing.assert_array_equal(resumed.history_epoch, full.history_epoch)
+    # a state saved by a different run is refused; resume needs a directory
+    with pytest.raises(InvalidParameterError, match="differs"):
+        hamsi(p, max_iter=12, checkpoint_dir=tmp_path, resume=True, memory=3, **kw)
+    with pytest.raises(InvalidParameterError, match="checkpoint_dir"):
+        hamsi(p, max_iter=2, resume=True, **kw)

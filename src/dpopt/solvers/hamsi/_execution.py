@@ -4,6 +4,7 @@ subset gradient, the resolution of the ``partition`` argument and the outer/inne
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -19,6 +20,7 @@ from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback, notify
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers import _mf_kernels as _k
+from dpopt.solvers.hamsi.checkpoint import load_state, save_state, state_path
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS
 from dpopt.solvers.hamsi.result import HamsiResult
 from dpopt.solvers.hamsi.schedule import subset_schedule
@@ -170,7 +172,10 @@ _DIVERGED = "diverged (non-finite values); the factors are the best evaluated it
 
 
 def _initial_point(
-    problem: MatrixFactorizationProblem, init: Any, init_scale: float | Literal["spectral"] | None, rng: np.random.Generator
+    problem: MatrixFactorizationProblem,
+    init: Any,
+    init_scale: float | Literal["spectral"] | None,
+    rng: np.random.Generator,
 ) -> Float:
     """Flat working vector of the initial factors: ``init`` (plain or working factors) or random."""
     if init is None:
@@ -222,6 +227,9 @@ def _run(
     patience: int | None = None,
     early_stopping: bool = False,
     train_rmse: str = "exact",
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 1,
+    resume: bool = False,
 ) -> HamsiResult:
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
@@ -256,6 +264,10 @@ def _run(
         )
     if early_stopping and test is None:
         raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
+    checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
+    if resume and checkpoint_dir is None:
+        raise InvalidParameterError("resume: needs checkpoint_dir= (where the state file is kept)")
+    ckpt = state_path(checkpoint_dir) if checkpoint_dir is not None else None
     t_setup = time.perf_counter()
     # factors, gradients and working copies (~8 vectors of (n_rows + n_cols) * rank float64) plus the
     # 2 * memory L-BFGS pairs: refuse before allocating them
@@ -379,6 +391,71 @@ def _run(
         qn_scale = 1.0  # shrinks when quasi-Newton steps increased it
         prev_sse = np.full(K, math.inf)  # loss of each subset at its previous visit
         stop = False
+        fingerprint = {
+            "method": method, "shape": problem.shape, "n_ratings": problem.n_ratings, "rank": problem.rank,
+            "bias": problem.bias, "l2": problem.l2, "n_subsets": K, "scheme": part.scheme, "schedule": schedule,
+            "eta": eta, "gamma": gamma, "eta_gd": eta_gd, "gamma_gd": gamma_gd, "memory": memory,
+            "beta_counter": beta_counter, "beta_floor": beta_floor, "train_rmse": train_rmse,
+            "eval_every": eval_every, "early_stopping": early_stopping,
+        }  # fmt: skip
+        saved = load_state(ckpt, fingerprint) if resume and ckpt is not None else None
+        if saved is not None:
+            # continue the saved run: same point, memory, schedule position, safeguard and history
+            x[:] = saved["x"]
+            epoch, steps, n_restarts = int(saved["epoch"]), int(saved["steps"]), int(saved["n_restarts"])
+            elapsed, eval_time = float(saved["elapsed"]), float(saved["eval_time"])
+            gd_scale, qn_scale = float(saved["gd_scale"]), float(saved["qn_scale"])
+            qn_since_safe, gd_since_safe = bool(saved["qn_since_safe"]), bool(saved["gd_since_safe"])
+            prev_sse[:] = saved["prev_sse"]
+            ref_x = saved["ref_x"].copy() if "ref_x" in saved else None
+            ref_g = saved["ref_g"].copy() if "ref_g" in saved else None
+            safe_x = saved["safe_x"].copy() if "safe_x" in saved else None
+            best_x[:] = saved["best_x"]
+            best_rmse[0], mon_best[0] = float(saved["best_rmse"]), float(saved["mon_best"])
+            if mon_x is not None:
+                mon_x[:] = saved["mon_x"]
+            since[0], restarts_seen[0] = int(saved["since"]), int(saved["restarts_seen"])
+            qn_seen[0] = bool(saved["qn_seen"])
+            running[0], running[1] = float(saved["running_sum"]), int(saved["running_n"])
+            hist_t[:], hist_e[:] = [float(v) for v in saved["hist_t"]], [int(v) for v in saved["hist_e"]]
+            hist_r[:], hist_te[:] = [float(v) for v in saved["hist_r"]], [float(v) for v in saved["hist_te"]]
+            for key in timings:
+                timings[key] = float(saved["timing_" + key])
+            if lbfgs is not None:
+                lbfgs.A[:], lbfgs.STY[:], lbfgs.YTY[:] = (
+                    saved["lbfgs_A"],
+                    saved["lbfgs_STY"],
+                    saved["lbfgs_YTY"],
+                )
+                lbfgs.order = [int(v) for v in saved["lbfgs_order"]]
+                lbfgs.sigma = float(saved["lbfgs_sigma"])
+                lbfgs.n_accepted, lbfgs.n_rejected = int(saved["lbfgs_acc"]), int(saved["lbfgs_rej"])
+                if lbfgs.order:
+                    lbfgs._rebuild()
+            for _ in range(epoch):  # the schedule's position (its random stream is re-derived from rng)
+                next(orders)
+
+        def checkpoint() -> None:
+            assert ckpt is not None
+            state: dict[str, Any] = {
+                "x": x, "epoch": epoch, "steps": steps, "n_restarts": n_restarts, "elapsed": elapsed,
+                "eval_time": eval_time, "gd_scale": gd_scale, "qn_scale": qn_scale,
+                "qn_since_safe": qn_since_safe, "gd_since_safe": gd_since_safe, "prev_sse": prev_sse,
+                "ref_x": ref_x, "ref_g": ref_g, "safe_x": safe_x, "best_x": best_x,
+                "best_rmse": best_rmse[0], "mon_best": mon_best[0], "mon_x": mon_x, "since": since[0],
+                "restarts_seen": restarts_seen[0], "qn_seen": qn_seen[0], "running_sum": running[0],
+                "running_n": running[1], "hist_t": np.asarray(hist_t, dtype=np.float64),
+                "hist_e": np.asarray(hist_e, dtype=np.int64), "hist_r": np.asarray(hist_r, dtype=np.float64),
+                "hist_te": np.asarray(hist_te, dtype=np.float64),
+            }  # fmt: skip
+            state.update({"timing_" + k: v for k, v in timings.items()})
+            state.update({"fp_" + k: str(v) for k, v in fingerprint.items()})
+            if lbfgs is not None:
+                state.update({"lbfgs_A": lbfgs.A, "lbfgs_STY": lbfgs.STY, "lbfgs_YTY": lbfgs.YTY,
+                              "lbfgs_order": np.asarray(lbfgs.order, dtype=np.int64), "lbfgs_sigma": lbfgs.sigma,
+                              "lbfgs_acc": lbfgs.n_accepted, "lbfgs_rej": lbfgs.n_rejected})  # fmt: skip
+            save_state(ckpt, state)
+
         while epoch < max_epochs and not stop:
             order = next(orders)
             t_outer = epoch + 1
@@ -484,6 +561,8 @@ def _run(
                         f"{method}: converged after {epoch} epochs ({what} improved by less than "
                         f"tol={tol:g} (relative) in {patience} evaluations)"
                     )
+            if ckpt is not None and not stop and epoch % checkpoint_every == 0:
+                checkpoint()
             if not stop and notify(callback, epoch, rmse=hist_r[-1], elapsed=elapsed):
                 status, stop = "stopped", True
                 if hist_e[-1] != epoch:

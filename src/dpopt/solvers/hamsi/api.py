@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Literal
 
 from dpopt.datasets import Ratings
@@ -80,6 +81,17 @@ _COMMON_DOC = """
     rng : int, Generator, "secure" or None
         Initialization, stochastic schedules and randomized partitions (child streams keyed
         ``"init"``, ``"schedule"``, ``"partition"``).
+    checkpoint_dir : str, path or None, default None
+        Directory of a durable run state: every ``checkpoint_every`` outer iterations the whole
+        state (factors, L-BFGS memory, schedule position, safeguard, history) is written atomically
+        to ``hamsi_state.npz`` there (one file, replaced in place; about ``2 memory + 6`` copies
+        of the factors).  Not written after the stopping iteration.
+    checkpoint_every : int, default 1
+        Outer iterations between checkpoints.
+    resume : bool, default False
+        Continue from the state in ``checkpoint_dir`` if there is one (else start afresh).  With the
+        same problem, options and ``rng`` seed, the factors and the RMSE history equal those of an
+        uninterrupted run (times differ); a state saved by a different run is refused.
     callback : callable, optional
         ``callback(info)`` after every outer iteration with a :class:`dpopt.iteration.IterationInfo`
         (``info.nit``, ``info.rmse`` of the last evaluation, ``info.elapsed``); returning ``True``
@@ -121,6 +133,9 @@ def hamsi(
     patience: int | None = None,
     early_stopping: bool = False,
     train_rmse: Literal["exact", "running"] = "exact",
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 1,
+    resume: bool = False,
 ) -> HamsiResult:
     """HAMSI with compact L-BFGS updates (thesis Algorithm 3, spec H3).
 
@@ -180,7 +195,7 @@ def hamsi(
         max_epochs=_max_iter(max_iter, max_epochs), time_budget=time_budget, callback=callback,
         n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
         eval_every=eval_every, rng=rng, tol=tol, patience=patience, early_stopping=early_stopping,
-        train_rmse=train_rmse,
+        train_rmse=train_rmse, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
     )  # fmt: skip
 
 
@@ -212,6 +227,9 @@ def mbgd(
     patience: int | None = None,
     early_stopping: bool = False,
     train_rmse: Literal["exact", "running"] = "exact",
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 1,
+    resume: bool = False,
 ) -> HamsiResult:
     """Mini-batch gradient descent over the subsets of a cover (the thesis's mb-GD baseline).
 
@@ -239,7 +257,7 @@ def mbgd(
         max_epochs=_max_iter(max_iter, max_epochs), time_budget=time_budget, callback=callback,
         n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
         eval_every=eval_every, rng=rng, tol=tol, patience=patience, early_stopping=early_stopping,
-        train_rmse=train_rmse,
+        train_rmse=train_rmse, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
     )  # fmt: skip
 
 

@@ -1,0 +1,63 @@
+"""Durable run state of :func:`dpopt.solvers.hamsi.hamsi` / ``mbgd``: one ``.npz`` file written
+atomically (a temporary file in the same directory, then ``os.replace``), so an interrupted run can
+resume from its last checkpoint with the result of an uninterrupted run (same seed)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpopt.exceptions import InvalidParameterError
+
+FORMAT_VERSION = 1
+FILE_NAME = "hamsi_state.npz"
+
+
+def state_path(checkpoint_dir: str | os.PathLike[str]) -> Path:
+    """The state file of a checkpoint directory (created if missing)."""
+    d = Path(checkpoint_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    return d / FILE_NAME
+
+
+def save_state(path: Path, state: dict[str, Any]) -> None:
+    """Write ``state`` (arrays, numbers, strings; ``None`` values omitted) atomically to ``path``."""
+    arrays = {k: np.asarray(v) for k, v in state.items() if v is not None}
+    arrays["format_version"] = np.asarray(FORMAT_VERSION)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".hamsi_state.", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_state(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved state, ``None`` when there is none; an error when it belongs to another run."""
+    if not path.exists():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            state = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise InvalidParameterError(
+            f"checkpoint_dir: cannot read the state file {path.name} ({exc})"
+        ) from None
+    if int(state.get("format_version", -1)) != FORMAT_VERSION:
+        raise InvalidParameterError(f"checkpoint_dir: {path.name} has an unknown format version")
+    for key, want in fingerprint.items():
+        got = state.get("fp_" + key)
+        if got is None or str(got) != str(want):
+            raise InvalidParameterError(
+                f"checkpoint_dir: the saved run differs from this one in {key!r}; "
+                "use another directory or resume=False"
+            )
+    return state
