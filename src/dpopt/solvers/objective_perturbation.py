@@ -25,7 +25,7 @@ from dpopt._validation import check_int, check_positive
 from dpopt.accounting import Accountant, Budget, EpsilonDeltaEvent, PrivacyEvent, gaussian_sigma
 from dpopt.exceptions import ConvergenceWarning, InexactSolveError, InvalidParameterError
 from dpopt.mechanisms import gaussian_noise, l2_laplace_noise
-from dpopt.problems import ERMProblem
+from dpopt.problems import ERMProblem, make_loss
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
 from dpopt.solvers._result import OptimizeResult, Status
 from dpopt.solvers.minimize import (
@@ -606,12 +606,24 @@ def private_objective_perturbation(
     else:
         b = gaussian_noise(sigma, p, rng=gen) if sigma > 0 else np.zeros(p)
 
+    loss = make_loss(problem.loss)
+    lam = problem.l2_penalty
+    last: list[Any] = [None, None]  # the solver asks for J and ∇J at the same point: one X @ θ for both
+
+    def margins(theta: Array) -> Array:
+        key = theta.tobytes()
+        if last[0] != key:
+            last[:] = [key, np.asarray(Xc @ theta).ravel()]
+        return np.asarray(last[1])
+
     def fun(theta: Array) -> float:
         d = theta - theta0
-        return problem.objective(theta, Xc, yc) + 0.5 * zeta * float(d @ d) + float(b @ theta)
+        obj = float(np.mean(loss.value(margins(theta), yc))) + 0.5 * lam * float(theta @ theta)
+        return obj + 0.5 * zeta * float(d @ d) + float(b @ theta)
 
     def grad(theta: Array) -> Array:
-        return problem.gradient(theta, Xc, yc) + zeta * (theta - theta0) + b
+        g = np.asarray(Xc.T @ (loss.derivative(margins(theta), yc) / yc.shape[0])).ravel()
+        return (g + lam * theta if lam else g) + zeta * (theta - theta0) + b
 
     beta = hess + problem.l2_penalty + zeta
     mu_j = zeta + problem.l2_penalty
