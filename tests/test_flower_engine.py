@@ -20,6 +20,7 @@ from dpopt.distributed import flower_engine as fe
 from dpopt.distributed.admm import PrivateADMM, geometric
 from dpopt.distributed.sites import Site, SiteShardSpec
 from dpopt.distributed.topology import ring, split_rows
+from dpopt.ledger import Ledger
 
 
 class _Evil:
@@ -63,10 +64,15 @@ def test_site_config(tmp_path) -> None:
         fe.load_site_config(tmp_path / "bad.toml")
 
 
-def _loopback(tmp_path, *, site_keys: bool = False):
-    """Three sites' files and configs, and a grid that answers with the site handler in-process."""
+def _loopback(tmp_path, *, site_keys: bool = False, privacy: str = ""):
+    """Three sites' files and configs, and a grid that answers with the site handler in-process.
+
+    Like a SuperNode, a site's exception becomes an error reply (Flower's reason format); a node
+    can be taken away (``drop``: no replies, not listed) and brought back as a restarted
+    SuperNode (``rejoin``: new node id, empty node state, same site.toml and key file).
+    """
     pytest.importorskip("flwr")
-    from flwr.app import RecordDict
+    from flwr.app import Error, Message, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1  # outside a ServerApp
@@ -77,21 +83,38 @@ def _loopback(tmp_path, *, site_keys: bool = False):
 
     class LoopbackGrid:
         def __init__(self, configs):
+            self.configs = configs
             self.nodes = {100 + i: Ctx({fe.NODE_CONFIG_KEY: str(p)}) for i, p in enumerate(configs)}
+            self.gone: set[int] = set()
+            self.next_id = 200
 
         def get_node_ids(self):
-            return list(self.nodes)
+            return [n for n in self.nodes if n not in self.gone]
+
+        def drop(self, node):
+            self.gone.add(node)
+
+        def rejoin(self, k):
+            self.nodes[self.next_id] = Ctx({fe.NODE_CONFIG_KEY: str(self.configs[k])})
+            self.next_id += 1
+
+        def _reply(self, m):
+            try:
+                return fe.client_reply(m, self.nodes[m.metadata.dst_node_id])
+            except Exception as exc:  # what flwr-clientapp does with an exception
+                return Message(Error(code=2, reason=str(type(exc)) + ":<'" + str(exc) + "'>"), reply_to=m)
 
         def send_and_receive(self, msgs, timeout=None):
-            return [fe.client_reply(m, self.nodes[m.metadata.dst_node_id]) for m in msgs]
+            return [self._reply(m) for m in msgs if m.metadata.dst_node_id not in self.gone]
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     ds = make_logistic(120, 3, rng=0)
     configs = []
     for k, rows in enumerate(split_rows(120, 3, rng=0)):
         np.savez(tmp_path / f"s{k}.npz", X=ds.X[rows], y=ds.y[rows])
-        privacy = f'[privacy]\nnoise_key_file = "s{k}.key"\n' if site_keys else ""
-        (tmp_path / f"s{k}.toml").write_text(f'{privacy}[[site]]\nname = "s{k}"\nloader = "{tmp_path / f"s{k}.npz"}"\n')
+        lines = ([f'noise_key_file = "s{k}.key"'] if site_keys else []) + ([privacy] if privacy else [])
+        head = "[privacy]\n" + "\n".join(lines) + "\n" if lines else ""
+        (tmp_path / f"s{k}.toml").write_text(f'{head}[[site]]\nname = "s{k}"\nloader = "{tmp_path / f"s{k}.npz"}"\n')
         configs.append(tmp_path / f"s{k}.toml")
     return LoopbackGrid(configs)
 
@@ -128,18 +151,154 @@ def test_site_noise_keys_replace_the_coordinators_key(tmp_path) -> None:
 def test_a_site_that_does_not_answer_is_named(tmp_path) -> None:
     grid = _loopback(tmp_path)
     inner = grid.send_and_receive
-    calls = {"n": 0}
 
-    def lossy(msgs, timeout=None):
-        calls["n"] += 1
+    def lossy(msgs, timeout=None):  # site s1 stops answering rounds
         replies = inner(msgs, timeout=timeout)
-        if calls["n"] < 4:  # discovery, probe start, describe, ... then site s1 goes away
-            return replies
-        return [r for r, m in zip(replies, msgs, strict=True) if m.metadata.dst_node_id != 101]
+        return [r for r, m in zip(replies, msgs, strict=True)
+                if m.metadata.dst_node_id != 101 or m.content["cfg"]["op"] != "step"]  # fmt: skip
 
     grid.send_and_receive = lossy
-    with pytest.raises(fe.EngineError, match=r"site s1 \(shard 1\) did not answer"):
-        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3, timeout=5.0))
+    # its SuperNode still answers, so each restart finds it; after max_recoveries the run stops
+    with pytest.raises(fe.EngineError, match=r"site s1 \(shard 1\) did not answer within 5 s during round 1 "
+                                             r"\[sites s1; round 1\]"):  # fmt: skip
+        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3, timeout=5.0, rejoin_timeout=0))
+
+
+def test_a_lost_site_that_rejoins_replays_the_same_noise(tmp_path) -> None:
+    """Site s1's SuperNode disappears during round 3 and restarts (new node id, empty node state):
+    the run waits, restarts the shards from the checkpoint of round 0 and replays rounds 1-2 with
+    the sites' own keys: same released rounds as an uninterrupted run, and the sites' ledgers
+    charge each round once."""
+    privacy = "budget = 50.0"
+    ref = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(_loopback(tmp_path / "a", site_keys=True), n_sites=3),
+                      record_models=True)  # fmt: skip
+    grid = _loopback(tmp_path / "b", site_keys=True, privacy=privacy)
+    for k in range(3):  # the same site keys as the reference run
+        (tmp_path / "b" / f"s{k}.key").write_bytes((tmp_path / "a" / f"s{k}.key").read_bytes())
+    inner = grid.send_and_receive
+    seen = {"steps": 0, "polls": 0}
+
+    def flaky(msgs, timeout=None):
+        if any(m.content["cfg"]["op"] == "step" for m in msgs):
+            seen["steps"] += 1
+            if seen["steps"] == 3:
+                grid.drop(101)  # SuperNode of s1 dies before answering round 3
+        if 101 in grid.gone and any(m.content["cfg"]["op"] == "hello" for m in msgs):
+            seen["polls"] += 1
+            if seen["polls"] == 2 and len(grid.nodes) == 3:
+                grid.rejoin(1)  # restarted by its operator
+        return inner(msgs, timeout=timeout)
+
+    grid.send_and_receive = flaky
+    engine = fe.FlowerEngine(grid, n_sites=3, rejoin_timeout=60.0)
+    res = _admm().run(REMOTE, rng=3, engine=engine, record_models=True)
+    assert any("recovered from the checkpoint of round 0" in n for n in res.privacy.notes), res.privacy.notes
+    assert seen["polls"] >= 2 and 200 in grid.get_node_ids()
+    assert np.array_equal(ref.models_history, res.models_history)
+    ledger = Ledger("sqlite:///" + str(tmp_path / "b" / "dpopt-site-ledger.db"))
+    for k in range(3):
+        assert len(ledger.history(f"s{k}")) == 3  # rounds 1-2 replayed, not charged twice
+        assert ledger.spent(f"s{k}").epsilon == pytest.approx(res.node_privacy[k], rel=1e-12)
+
+
+def test_a_lost_site_that_does_not_rejoin_stops_the_run_in_bounded_time(tmp_path) -> None:
+    import time
+
+    grid = _loopback(tmp_path)
+    inner = grid.send_and_receive
+
+    def dying(msgs, timeout=None):
+        if any(m.content["cfg"]["op"] == "step" and m.content["cfg"]["t"] == 1 for m in msgs):
+            grid.drop(102)
+        return inner(msgs, timeout=timeout)
+
+    grid.send_and_receive = dying
+    began = time.monotonic()
+    with pytest.raises(fe.EngineError, match=r"site\(s\) s2 lost at round 2 did not rejoin within rejoin_timeout=1 s"):
+        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3, rejoin_timeout=1.0))
+    assert time.monotonic() - began < 30
+
+
+# ----------------------------------------------------------------------------------------------
+# Each site's own privacy ledger and budget cap
+# ----------------------------------------------------------------------------------------------
+
+
+def test_sites_record_each_round_in_their_own_ledger_before_its_noise(tmp_path, monkeypatch) -> None:
+    from dpopt.distributed import _admm_node
+
+    grid = _loopback(tmp_path, privacy='budget = 50.0\nledger = "site.db"')
+    ledger = Ledger("sqlite:///" + str(tmp_path / "site.db"), create=True)
+    draws: list[tuple[int, int, int]] = []
+    real = _admm_node.l2_laplace_block
+
+    def watched(rates, dim, key, round_, purpose, nodes):
+        for node in np.asarray(nodes).tolist():  # the round is in the node's ledger before its noise
+            recorded = len(ledger.history(f"s{node}"))
+            draws.append((node, round_, recorded))
+            assert recorded >= round_, f"node {node}: round {round_} noise drawn before it was recorded"
+        return real(rates, dim, key, round_, purpose, nodes)
+
+    monkeypatch.setattr(_admm_node, "l2_laplace_block", watched)
+    engine = fe.FlowerEngine(grid, n_sites=3)
+    res = _admm().run(REMOTE, rng=3, engine=engine)
+    assert sorted({(n, r) for n, r, _ in draws}) == [(n, r) for n in range(3) for r in (1, 2, 3)]
+    for k in range(3):
+        hist = ledger.history(f"s{k}")
+        assert [h.label.split(" (")[0].rsplit(" ", 1)[-1] for h in hist] == ["1", "2", "3"]
+        # the site's own computation agrees with the coordinator's per-node bound
+        assert ledger.spent(f"s{k}").epsilon == pytest.approx(res.node_privacy[k], rel=1e-12)
+        assert engine.site_plans[f"s{k}"] == pytest.approx(res.node_privacy[k], rel=1e-12)
+
+
+def test_a_site_refuses_a_run_over_its_cap_before_any_round(tmp_path) -> None:
+    plan = _admm().privacy_bound([40, 40, 40])[-1]  # split_rows(120, 3): 40 rows per site
+    grid = _loopback(tmp_path, privacy=f"budget = {0.5 * float(plan.max()):.6g}")
+    with pytest.raises(fe.EngineError, match=r"site s0 \(shard 0\) failed during start-up: BudgetExceededError: "
+                                             r"site s0: refuses the run: its planned per-node privacy"):  # fmt: skip
+        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))
+    ledger = Ledger("sqlite:///" + str(tmp_path / "dpopt-site-ledger.db"))
+    assert all(len(ledger.history(f"s{k}")) == 0 for k in range(3))
+
+
+def test_a_site_refuses_the_round_that_would_exceed_its_cap(tmp_path) -> None:
+    """Another job spends on site s1 during the run: s1 refuses round 3 and the run stops there."""
+    from dpopt.accounting import EpsilonDeltaEvent
+
+    grid = _loopback(tmp_path, privacy="budget = 1.0")  # the run's plan, P(T) = 0.386, fits
+    ledger = Ledger("sqlite:///" + str(tmp_path / "dpopt-site-ledger.db"), create=True)
+
+    def other_job(info) -> None:
+        if info.round == 2:
+            spent = ledger.spent("s1").epsilon
+            ledger.accountant("s1").compose(EpsilonDeltaEvent(0.99 - spent, 0.0), label="another job")
+
+    with pytest.raises(fe.EngineError, match=r"site s1 \(shard 1\) failed during round 3: BudgetExceededError: "
+                                             r"site s1: refuses round 3: its per-node privacy would reach"):  # fmt: skip
+        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), callback=other_job)
+    assert len(ledger.history("s1")) == 3  # rounds 1, 2 and the other job; round 3 was not recorded
+    assert ledger.spent("s1").epsilon == pytest.approx(0.99)
+
+
+def test_a_site_that_pins_its_feature_bound_refuses_smaller_constants_and_long_rows(tmp_path) -> None:
+    from dpopt.problems import DataBounds, ERMProblem
+
+    grid = _loopback(tmp_path, privacy="budget = 50.0\nfeature_norm = 2.0")
+    with pytest.raises(fe.EngineError, match=r"site s0: refuses the job: its privacy constants are smaller"):
+        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))
+    grid = _loopback(tmp_path / "x", privacy="budget = 50.0\nfeature_norm = 0.1")
+    tiny = PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5, noise_rate=geometric(5.0, 1.05),
+                       max_iter=3, problem=ERMProblem("logistic", DataBounds(feature_norm=1.0), l2_penalty=1e-2))  # fmt: skip
+    with pytest.raises(fe.EngineError, match=r"a row exceeds the site's declared feature_norm=0.1"):
+        tiny.run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))
+
+
+def test_site_policy_is_checked(tmp_path) -> None:
+    p = tmp_path / "site.toml"
+    for bad, what in (("budget = -1", "positive"), ('ledger = "x.db"', "needs budget"), ("bugdet = 1", "unknown")):
+        p.write_text(f'[privacy]\n{bad}\n[[site]]\nname = "a"\nloader = "a.npz"\n')
+        with pytest.raises(fe.InvalidParameterError, match=what):
+            fe.load_site_policy(p)
 
 
 class _Crash(Exception):

@@ -427,6 +427,8 @@ class ShardSpec:
     complete: bool = False
     loss: str = "logistic"
     loss_param: float = 0.0
+    c1: float = math.nan  # the privacy bound's curvature constant (for a site's own ledger; not used here)
+    lipschitz: float = math.nan  # its gradient constant G
 
 
 class ADMMShard:

@@ -1270,6 +1270,8 @@ class PrivateADMM:
                     complete=topo.is_complete,
                     loss=self._consts.loss,
                     loss_param=self._consts.loss_param,
+                    c1=self._consts.c1,
+                    lipschitz=self._consts.lipschitz,
                 )
             )
             sources.append(tuple(src))

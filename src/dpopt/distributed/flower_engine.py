@@ -51,7 +51,7 @@ from numpy.typing import NDArray
 
 from dpopt.distributed.engines import STARTUP_TIMEOUT, TIMEOUT_FLOOR, Engine, EngineError
 from dpopt.distributed.sites import Site
-from dpopt.exceptions import DPOptError, InvalidParameterError
+from dpopt.exceptions import BudgetExceededError, DPOptError, InvalidParameterError
 
 __all__ = [
     "FACTORIES",
@@ -105,6 +105,11 @@ _FUNCTIONS = frozenset(
 )
 
 NODE_CONFIG_KEY = "dpopt-site-config"
+
+#: Flower error codes (flwr.common.constant.ErrorCode): a ClientApp that raised, and the codes of a
+#: node or reply that is gone (a lost site: the coordinator waits for it to rejoin).
+_APP_ERROR = 2
+_LOST_CODES = frozenset({3, 4, 5, 8})
 
 
 class MessageRefused(DPOptError, ValueError):
@@ -271,6 +276,214 @@ def load_noise_key(path: str | Path) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+@dataclasses.dataclass(frozen=True)
+class SitePolicy:
+    """A site's own privacy settings: the ``[privacy]`` table of its ``site.toml``.
+
+    Attributes
+    ----------
+    noise_key : (int, int) or None
+        The site's own noise key (``noise_key_file``, see :func:`load_noise_key`).
+    budget : float or None
+        ``budget``: the per-node ε this site lets all runs together spend on each site it hosts
+        (pure ε, replace-one, the per-node bound P_i of the ADMM paper); ``None``: no cap and no
+        ledger.
+    ledger : str or None
+        The site's own ledger (:class:`dpopt.ledger.Ledger` URL): ``ledger = "path.db"`` (SQLite,
+        relative to ``site.toml``); default ``dpopt-site-ledger.db`` beside ``site.toml`` when
+        ``budget`` is set.  One dataset per hosted site (its name), budget ``budget``.
+    feature_norm : float or None
+        Optional pin of the declared bound on the rows' l2 norm: the site then derives the privacy
+        constants (c₁, G) itself, refuses a job that claims smaller ones, and refuses to run if
+        one of its rows exceeds the bound.
+    """
+
+    noise_key: tuple[int, int] | None = None
+    budget: float | None = None
+    ledger: str | None = None
+    feature_norm: float | None = None
+
+
+def load_site_policy(path: str | Path) -> SitePolicy:
+    """The ``[privacy]`` table of a site's ``site.toml`` (noise key, budget cap, ledger, feature bound).
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp()
+    >>> p = os.path.join(d, "site.toml")
+    >>> _ = open(p, "w").write('[privacy]\\nbudget = 2.0\\n[[site]]\\nname = "a"\\nloader = "a.npz"\\n')
+    >>> pol = load_site_policy(p)
+    >>> pol.budget, pol.ledger.endswith("dpopt-site-ledger.db")
+    (2.0, True)
+    """
+    import math
+    import tomllib
+
+    cfg = Path(path)
+    with open(cfg, "rb") as fh:
+        raw = tomllib.load(fh).get("privacy", {})
+    if not isinstance(raw, dict):
+        raise InvalidParameterError(f"{cfg}: [privacy] must be a table")
+    unknown = set(raw) - {"noise_key_file", "budget", "ledger", "feature_norm"}
+    if unknown:
+        raise InvalidParameterError(f"{cfg}: [privacy] has unknown keys {sorted(unknown)}")
+
+    def positive(name: str) -> float | None:
+        if name not in raw:
+            return None
+        v = raw[name]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+            raise InvalidParameterError(f"{cfg}: [privacy] {name} must be a positive finite number")
+        return float(v)
+
+    budget = positive("budget")
+    ledger = None
+    if "ledger" in raw or budget is not None:
+        if budget is None:
+            raise InvalidParameterError(f"{cfg}: [privacy] ledger needs budget (the per-node ε cap)")
+        text = str(raw.get("ledger", "dpopt-site-ledger.db"))
+        if "://" not in text:
+            q = Path(text)
+            text = "sqlite:///" + str(q if q.is_absolute() else cfg.resolve().parent / q)
+        ledger = text
+    return SitePolicy(noise_key=load_noise_key(cfg), budget=budget, ledger=ledger, feature_norm=positive("feature_norm"))
+
+
+def site_round_epsilon(base: Any, sizes: Any, *, c1: float | None = None, lipschitz: float | None = None) -> Array:
+    """The per-round increments of the per-node bound P_i for the nodes of one shard spec.
+
+    Computed on the site from the job's schedules (penalty η_i(r), noise rates α_i(r), output noise
+    β_i(r) of certified inexact solves), the node degrees V_i and the site's own node sizes B_i,
+    with the formulas of :mod:`dpopt.distributed.admm_privacy` (Thm 4.1 for penalty/dual
+    perturbation, output perturbation for primal).  Row r−1 holds P_i(r) − P_i(r−1); a job
+    without noise gives ``inf``.
+    """
+    from dpopt.distributed.admm_privacy import pp_privacy_bound, primal_privacy_bound
+
+    b = np.asarray(sizes, dtype=float)
+    t_, n = np.asarray(base.penalty).shape
+    if base.perturbation == "none" or base.noise_rate is None:
+        return np.full((t_, n), np.inf)
+    c1 = float(base.c1) if c1 is None else c1
+    g = float(base.lipschitz) if lipschitz is None else lipschitz
+    if not (np.isfinite(c1) and np.isfinite(g)):
+        raise MessageRefused(
+            "message refused: the job does not carry the privacy constants (c1, lipschitz) this site needs "
+            "for its own ledger (coordinator and site must run the same dpopt)"
+        )
+    if base.perturbation == "penalty":
+        total = pp_privacy_bound(base.penalty, base.noise_rate, base.degrees, b, base.loss_weight, c1, g)
+    else:
+        total = primal_privacy_bound(base.penalty, base.noise_rate, base.degrees, b, base.loss_weight,
+                                     base.reg_per_node, g)  # fmt: skip
+    inc = np.diff(total, axis=0, prepend=0.0)
+    if base.inexact_rate is not None:  # the output noise covering a certified inexact solve
+        mu = base.reg_per_node + 2.0 * np.asarray(base.penalty) * np.asarray(base.degrees)[None, :]
+        inc = inc + 2.0 * np.asarray(base.inexact_rate) * base.solve_tol / mu
+    return np.asarray(inc, dtype=np.float64)
+
+
+class _SiteBudget:
+    """The per-node ledger of the sites one shard hosts (dpopt.ledger, one dataset per site)."""
+
+    def __init__(self, policy: SitePolicy, names: list[str]) -> None:
+        from dpopt.accounting import Budget
+        from dpopt.ledger import Ledger, LedgerError, UnknownDatasetError
+
+        assert policy.ledger is not None and policy.budget is not None
+        self.names = names
+        self.cap = policy.budget
+        self.ledger = Ledger(policy.ledger, create=True)
+        for name in names:
+            try:
+                ds = self.ledger.dataset(name)
+            except UnknownDatasetError:
+                try:
+                    ds = self.ledger.add_dataset(
+                        name, budget=Budget(self.cap, 0.0), neighbouring="replace_one", accountant="basic",
+                        description="per-node privacy of this site's private ADMM rounds (dpopt site)",
+                    )  # fmt: skip
+                except LedgerError:  # another process of this site created it first
+                    ds = self.ledger.dataset(name)
+            if ds.budget.epsilon != self.cap or ds.accountant != "basic":
+                raise InvalidParameterError(
+                    f"site {name}: its ledger {self.ledger.url} holds budget ε={ds.budget.epsilon:g} "
+                    f"({ds.accountant}), but site.toml says budget = {self.cap:g}; make them agree"
+                )
+
+    def spent(self, name: str, prefix: str = "") -> tuple[float, set[str]]:
+        """(ε recorded on ``name`` by releases whose label starts with ``prefix``, their labels)."""
+        hist = self.ledger.history(name)
+        mine = [r for r in hist if r.label.startswith(prefix)]
+        return float(sum(r.epsilon_spent for r in mine)), {r.label for r in mine}
+
+    def check_plan(self, run: str, plan: Array) -> None:
+        """Refuse a run whose planned total on some site would exceed the cap (nothing drawn yet)."""
+        for name, planned in zip(self.names, plan.tolist(), strict=True):
+            total, _ = self.spent(name)
+            this_run, _ = self.spent(name, f"admm run {run} ")
+            other = total - this_run
+            if not other + planned <= self.cap * (1 + 1e-9):
+                raise BudgetExceededError(
+                    f"site {name}: refuses the run: its planned per-node privacy P(T)={planned:.4g} plus "
+                    f"{other:.4g} already spent exceeds the site's budget cap ε={self.cap:g} (site.toml); "
+                    "nothing was drawn"
+                )
+
+    def charge_round(self, run: str, t: int, digest: str, inc: Array) -> None:
+        """Record round ``t`` (0-based) for every hosted site before its noise is drawn.
+
+        A round already recorded with the same digest (same run, state and inputs: a replay that
+        releases the same values with the same noise) is not charged again.
+        """
+        from dpopt.accounting import EpsilonDeltaEvent
+
+        label = f"admm run {run} round {t + 1} ({digest})"
+        todo = []
+        for name, eps in zip(self.names, inc.tolist(), strict=True):
+            _, labels = self.spent(name, f"admm run {run} round {t + 1} ")
+            if label in labels:
+                continue
+            total, _ = self.spent(name)
+            if not total + eps <= self.cap * (1 + 1e-9):
+                raise BudgetExceededError(
+                    f"site {name}: refuses round {t + 1}: its per-node privacy would reach "
+                    f"ε={total + eps:.4g}, over the site's budget cap ε={self.cap:g} (site.toml); nothing "
+                    "was recorded or drawn"
+                )
+            todo.append((name, eps))
+        for name, eps in todo:
+            self.ledger.accountant(name, note="dpopt site").compose(
+                EpsilonDeltaEvent(float(eps), 0.0, rule="admm-site-round"), label=label
+            )
+
+
+def _check_pinned_bound(policy: SitePolicy, spec: Any, program: Any) -> tuple[float | None, float | None]:
+    """With ``feature_norm`` pinned: the site's own (c₁, G), after checking the job and the rows."""
+    from dpopt.distributed._admm_node import loss_curvature
+
+    if policy.feature_norm is None:
+        return None, None
+    xb = policy.feature_norm
+    base = spec.base
+    c1 = loss_curvature(base.loss, base.loss_param) * xb * xb
+    g = xb  # sup|φ'| = 1 for the covered losses with labels ±1
+    names = ", ".join(s.name for s in spec.sites)
+    if not (base.c1 >= c1 * (1 - 1e-12) and base.lipschitz >= g * (1 - 1e-12)):
+        raise MessageRefused(
+            f"site {names}: refuses the job: its privacy constants are smaller than this site's declared "
+            f"feature_norm={xb:g} implies (site.toml); the coordinator's problem must declare the same bound"
+        )
+    for x, _ in program.program.spec.data:
+        if x.size and float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) > xb * (1 + 1e-9):
+            raise MessageRefused(
+                f"site {names}: a row exceeds the site's declared feature_norm={xb:g} (site.toml); scale the "
+                "rows in the loader"
+            )
+    return max(c1, float(base.c1)), max(g, float(base.lipschitz))
+
+
 def _localize_sites(spec: Any, local: Mapping[str, Site]) -> Any:
     """The spec with every Site replaced by this node's own description; foreign sites refused."""
     sites = getattr(spec, "sites", None)
@@ -299,44 +512,108 @@ def _snapshot(program: Any) -> Any:
         return None
 
 
+#: Programs built in this process, by (run, shard, epoch): reused when the same process handles the
+#: next message of a shard (a long-lived ClientApp process or the in-process stand-in), so the rows
+#: are loaded once; a Flower SuperNode that starts a process per message rebuilds them every time.
+_PROGRAMS: dict[tuple[str, int, int], tuple[Any, str]] = {}
+
+
+def _digest(*parts: Any) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, np.ndarray):
+            h.update(np.ascontiguousarray(p).tobytes())
+        elif isinstance(p, bytes):
+            h.update(p)
+        else:
+            h.update(repr(p).encode())
+        h.update(b"|")
+    return h.hexdigest()[:16]
+
+
 def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], state: dict[str, Any],
-                        local: Mapping[str, Site], noise_key: tuple[int, int] | None = None,
-                        ) -> tuple[Array | None, Any]:  # fmt: skip
+                        local: Mapping[str, Site], noise_key: tuple[int, int] | None = None, *,
+                        policy: SitePolicy | None = None) -> tuple[Array | None, Any]:  # fmt: skip
     """Run one coordinator request on this site; ``state`` (this run's node state) is updated.
 
     ``op`` is ``"hello"`` (names of the hosted sites), ``"init"``, ``"step"`` or ``"call"``.
-    ``noise_key`` (the site's own, :func:`load_noise_key`) replaces the coordinator's run key in
-    the shard spec.  Returns ``(array or None, picklable value)``.
+    ``policy`` (the site's ``[privacy]`` table, :func:`load_site_policy`) gives the site's own
+    noise key, which replaces the coordinator's run key in the shard spec (``noise_key`` is the
+    older form of that argument), and its budget cap: at ``"init"`` a run whose planned per-node
+    privacy would exceed the cap is refused, and every ``"step"`` is recorded in the site's ledger
+    before the round's noise is drawn (refused when over the cap).  Messages of an earlier launch
+    (``epoch``) are refused.  Returns ``(array or None, picklable value)``.
+
+    Privacy
+    -------
+    The site computes its nodes' privacy from the job's schedules and its own node sizes
+    (:func:`site_round_epsilon`), not from anything the coordinator claims about the total.
     """
+    policy = policy if policy is not None else SitePolicy(noise_key=noise_key)
+    key_ = policy.noise_key
 
     def _localize(spec: Any, local: Mapping[str, Site]) -> Any:
         spec = _localize_sites(spec, local)
         base = getattr(spec, "base", None)
-        if noise_key is not None and base is not None and hasattr(base, "key"):
-            spec = dataclasses.replace(spec, base=dataclasses.replace(base, key=noise_key))
+        if key_ is not None and base is not None and hasattr(base, "key"):
+            spec = dataclasses.replace(spec, base=dataclasses.replace(base, key=key_))
         return spec
 
     if op == "hello":
         return None, sorted(local)
     shard = int(cfg["shard"])
     key = f"shard{shard}"
+    epoch = int(cfg.get("epoch", 0))
     if op == "init":
+        if key in state and epoch < int(state[key].get("epoch", 0)):
+            raise MessageRefused(f"shard {shard}: a start-up message of an earlier launch was refused")
         spec = _localize(safe_loads(bytes(cfg["spec"])), local)
         factory = _factory(str(cfg["factory"]))
         init_state = safe_loads(bytes(cfg["state"])) if cfg.get("state") else None
         program = factory(spec)
+        run = _digest(bytes(cfg["spec"]), key_)
+        plan: dict[str, float] = {}
+        base = getattr(spec, "base", None)
+        if base is not None and hasattr(base, "penalty"):
+            c1, g = _check_pinned_bound(policy, spec, program)
+            inc = site_round_epsilon(base, program.program.sizes, c1=c1, lipschitz=g)
+            plan = {s.name: float(v) for s, v in zip(spec.sites, inc.sum(axis=0).tolist(), strict=True)}
+            if policy.budget is not None:
+                _SiteBudget(policy, [s.name for s in spec.sites]).check_plan(run, inc.sum(axis=0))
         out = program.initial_output() if init_state is None else program.call("restore", init_state)
-        state[key] = {"spec": bytes(cfg["spec"]), "factory": str(cfg["factory"]), "snap": _snapshot(program)}
-        return np.asarray(out), None
+        snap = _snapshot(program)
+        state[key] = {"spec": bytes(cfg["spec"]), "factory": str(cfg["factory"]), "snap": snap,
+                      "epoch": epoch, "run": run}  # fmt: skip
+        _PROGRAMS[(run, shard, epoch)] = (program, _digest(safe_dumps(snap)))
+        return np.asarray(out), plan
     if key not in state:
         raise MessageRefused(f"shard {shard} was not started on this node")
     held = state[key]
-    program = _factory(held["factory"])(_localize(safe_loads(held["spec"]), local))
-    if held["snap"] is not None:
-        program.call("restore", held["snap"])
+    if epoch != int(held.get("epoch", 0)):
+        raise MessageRefused(f"shard {shard}: a message of another launch was refused")
+    run = str(held.get("run", ""))
+    snap_digest = _digest(safe_dumps(held["snap"]))
+    cached = _PROGRAMS.pop((run, shard, epoch), None)  # put back only after a successful message
+    if cached is not None and cached[1] == snap_digest:
+        program = cached[0]
+    else:
+        program = _factory(held["factory"])(_localize(safe_loads(held["spec"]), local))
+        if held["snap"] is not None:
+            program.call("restore", held["snap"])
     if op == "step":
-        out, diag = program.step(int(cfg["t"]), inputs)
+        t = int(cfg["t"])
+        if policy.budget is not None and getattr(program, "program", None) is not None:
+            spec = program.spec
+            c1, g = _check_pinned_bound(policy, spec, program)
+            inc = site_round_epsilon(spec.base, program.program.sizes, c1=c1, lipschitz=g)
+            if t < inc.shape[0]:
+                digest = _digest(run, t, snap_digest, *inputs)
+                _SiteBudget(policy, [s.name for s in spec.sites]).charge_round(run, t, digest, inc[t])
+        out, diag = program.step(t, inputs)
         held["snap"] = _snapshot(program)
+        _PROGRAMS[(run, shard, epoch)] = (program, _digest(safe_dumps(held["snap"])))
         return np.asarray(out), diag
     if op == "call":
         name = str(cfg["name"])
@@ -344,15 +621,26 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         result = program.call(name, *args)
         if name == "restore":
             held["snap"] = _snapshot(program)
+            _PROGRAMS[(run, shard, epoch)] = (program, _digest(safe_dumps(held["snap"])))
             return np.asarray(result), None
+        _PROGRAMS[(run, shard, epoch)] = (program, snap_digest)
         return None, result
     raise MessageRefused("message refused: unknown operation")
 
 
+def _error_reason(exc: BaseException) -> str:
+    """What a site tells the coordinator about a refused or failed message: type and message only."""
+    return f"{type(exc).__name__}: {exc}"
+
+
 def client_reply(msg: Any, context: Any) -> Any:  # pragma: no cover - runs in Flower's ClientApp processes
-    """The ClientApp's handler: one coordinator request (a Flower ``Message``) on this site."""
+    """The ClientApp's handler: one coordinator request (a Flower ``Message``) on this site.
+
+    A dpopt error (a refused message, a budget cap, a failed check) is returned to the coordinator
+    as an error reply naming the site, with the node state left as it was.
+    """
     from flwr.app import Array as FArray
-    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+    from flwr.app import ArrayRecord, ConfigRecord, Error, Message, RecordDict
 
     path = context.node_config.get(NODE_CONFIG_KEY)
     if not path:
@@ -363,7 +651,10 @@ def client_reply(msg: Any, context: Any) -> Any:  # pragma: no cover - runs in F
     inputs = [] if arrays is None else [arrays[str(k)].numpy() for k in range(int(cfg.get("n_inputs", 0)))]
     held = context.state.config_records.get("dpopt")
     state: dict[str, Any] = safe_loads(bytes(held["state"])) if held is not None else {}
-    out, value = handle_site_message(str(cfg["op"]), cfg, inputs, state, local, load_noise_key(str(path)))
+    try:
+        out, value = handle_site_message(str(cfg["op"]), cfg, inputs, state, local, policy=load_site_policy(str(path)))
+    except DPOptError as exc:
+        return Message(Error(code=_APP_ERROR, reason=_error_reason(exc)), reply_to=msg)
     context.state["dpopt"] = ConfigRecord({"state": safe_dumps(state)})
     content = RecordDict({"reply": ConfigRecord({"value": safe_dumps(value), "tag": int(cfg.get("tag", -1))})})
     if out is not None:
@@ -396,12 +687,28 @@ class FlowerEngine(Engine):
         Wait (up to ``startup_timeout``) until SuperNodes hosting this many sites are connected.
     timeout, timeout_floor, startup_timeout : float
         Time limits of one wait for the sites' replies (see :class:`~dpopt.distributed.engines.Engine`).
+    rejoin_timeout : float, default 300
+        How long to wait for a lost site to come back.  A site that does not answer a round (or
+        whose SuperNode Flower reports as unavailable) is treated as lost: the run restarts the
+        shards from the last checkpoint (:meth:`PrivateADMM.run <dpopt.distributed.admm.PrivateADMM.run>`,
+        ``max_recoveries``), and the engine waits up to ``rejoin_timeout`` seconds for a SuperNode
+        hosting that site to answer again (e.g. restarted by the site's operator).  It then
+        replays the rounds since the checkpoint: a site with its own noise key file replays the
+        same noise, and its ledger does not charge a replayed round again.  If the site does not
+        come back in time the run stops with :class:`EngineError` naming the site and the round.
+
+    Attributes
+    ----------
+    site_plans : dict
+        Per site, the per-node privacy P_i(T) of the whole run as the site computed it at start-up
+        (from the job's schedules and its own node size): what the site's own ledger will hold.
 
     Notes
     -----
     Each shard's sites must all be hosted by one SuperNode (its ``site.toml``); a shard whose
-    sites are not is refused at start, naming them.  A site that does not reply in time is
-    reported by name (:class:`EngineError` with the shard and round).
+    sites are not is refused at start, naming them.  A site's error (a refused message, its
+    budget cap) is reported by name (:class:`EngineError` with the shard and round) and stops
+    the run.
     """
 
     name = "flower"
@@ -414,31 +721,43 @@ class FlowerEngine(Engine):
         timeout: float | None = None,
         timeout_floor: float = TIMEOUT_FLOOR,
         startup_timeout: float = STARTUP_TIMEOUT,
+        rejoin_timeout: float = 300.0,
     ) -> None:
         super().__init__(timeout=timeout, timeout_floor=timeout_floor, startup_timeout=startup_timeout)
+        if not (isinstance(rejoin_timeout, int | float) and rejoin_timeout >= 0):
+            raise InvalidParameterError("rejoin_timeout: must be a number of seconds >= 0")
         self._grid = grid
         self._n_sites = n_sites
+        self.rejoin_timeout = float(rejoin_timeout)
         self._site_node: dict[str, int] = {}
         self._shard_node: list[int] = []
         self._outputs: list[Array] = []
         self._round = -1
+        self._epoch = 0
+        self._lost: list[int] = []
+        self.site_plans: dict[str, float] = {}
         self.default_shards = 1
 
     # -- messaging
-    def _send(self, requests: Mapping[int, tuple[int, dict[str, Any], list[Array]]], what: str) -> dict[int, Any]:
-        """requests[k] = (node id, config, input arrays); returns replies by k (content)."""
+    def _send(self, requests: Mapping[int, tuple[int, dict[str, Any], list[Array]]], what: str, *,
+              limit: float | None = None, partial: bool = False) -> dict[int, Any]:  # fmt: skip
+        """requests[k] = (node id, config, input arrays); returns replies by k (content).
+
+        With ``partial`` the replies that came (no error for the missing ones).
+        """
         from flwr.app import Array as FArray
         from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
         msgs, order = [], []
         for k, (node, cfg, inputs) in requests.items():
-            content = RecordDict({"cfg": ConfigRecord({**cfg, "n_inputs": len(inputs), "tag": k})})
+            content = RecordDict({"cfg": ConfigRecord({**cfg, "n_inputs": len(inputs), "tag": k, "epoch": self._epoch})})
             if inputs:
                 content["inputs"] = ArrayRecord({str(i): FArray(np.ascontiguousarray(a)) for i, a in enumerate(inputs)})
             m = Message(content=content, dst_node_id=node, message_type="query")
             msgs.append(m)
             order.append(k)
-        limit = self.wait_limit("start-up" if what in ("start-up", "hello") else "round")
+        if limit is None:
+            limit = self.wait_limit("start-up" if what in ("start-up", "hello") else "round")
         began = time.monotonic()
         replies = list(self._grid.send_and_receive(msgs, timeout=limit))
         by_node = {m.metadata.dst_node_id: k for m, k in zip(msgs, order, strict=True)}
@@ -446,15 +765,18 @@ class FlowerEngine(Engine):
         for r in replies:
             if r.has_error():  # no content: attribute it by the replying node
                 k = by_node.get(r.metadata.src_node_id, order[0])
+                if int(r.error.code) in _LOST_CODES or partial:
+                    continue  # the node or its reply is gone: treated as a missing reply
                 raise EngineError(
-                    f"flower engine: {self._label(k)} failed during {what}: {r.error.reason}",
+                    f"flower engine: {self._label(k)} failed during {what}: {_clean_reason(r.error.reason)}",
                     shard=k, round=self._round, crashed=False,
                 )  # fmt: skip
             k = int(r.content["reply"]["tag"])
             if k in requests:
                 got[k] = r.content
         missing = [k for k in order if k not in got]
-        if missing:
+        if missing and not partial:
+            self._lost = missing
             raise EngineError(
                 f"flower engine: {self._label(missing[0])} did not answer within {limit:g} s during {what}",
                 shard=missing[0],
@@ -479,13 +801,19 @@ class FlowerEngine(Engine):
     def _out(content: Any) -> Array:
         return np.asarray(content["out"]["out"].numpy(), dtype=np.float64)
 
+    def _hello(self, limit: float) -> dict[str, int]:
+        """Sites hosted by the connected SuperNodes that answer within ``limit`` seconds."""
+        nodes = list(self._grid.get_node_ids())
+        if not nodes:
+            return {}
+        replies = self._send({i: (n, {"op": "hello"}, []) for i, n in enumerate(nodes)}, "hello",
+                             limit=limit, partial=True)  # fmt: skip
+        return {name: nodes[i] for i, c in replies.items() for name in self._value(c)}
+
     def _discover(self) -> None:
         deadline = time.monotonic() + self.startup_timeout
         while True:
-            nodes = list(self._grid.get_node_ids())
-            if nodes:
-                replies = self._send({i: (n, {"op": "hello"}, []) for i, n in enumerate(nodes)}, "hello")
-                self._site_node = {name: nodes[i] for i, c in replies.items() for name in self._value(c)}
+            self._site_node = self._hello(self.wait_limit("start-up"))
             if self._n_sites is None or len(self._site_node) >= self._n_sites:
                 return
             if time.monotonic() > deadline:
@@ -495,9 +823,33 @@ class FlowerEngine(Engine):
                 )
             time.sleep(1.0)
 
+    def _await_rejoin(self) -> None:
+        """After a lost site: wait (bounded) until SuperNodes host every site of the job again."""
+        wanted = [s.name for spec in self._specs for s in getattr(spec, "sites", ())]
+        lost = [s.name for k in self._lost if k < len(self._specs) for s in getattr(self._specs[k], "sites", ())]
+        deadline = time.monotonic() + self.rejoin_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            self._site_node = self._hello(max(1.0, min(30.0, remaining)))
+            absent = [n for n in wanted if n not in self._site_node]
+            if not absent:
+                self._lost = []
+                return
+            if time.monotonic() >= deadline:
+                where = f"round {self._round + 1}" if self._round >= 0 else "start-up"
+                raise EngineError(
+                    f"flower engine: site(s) {', '.join(absent or lost)} lost at {where} did not rejoin within "
+                    f"rejoin_timeout={self.rejoin_timeout:g} s; the run stops (its run directory can be resumed)",
+                    shard=self._lost[0] if self._lost else None, round=self._round, crashed=False,
+                )  # fmt: skip
+            time.sleep(min(2.0, max(0.0, deadline - time.monotonic())))
+
     def _launch(self, states: list[Any] | None) -> None:
-        if not self._site_node:
+        if states is not None and self._lost:
+            self._await_rejoin()
+        elif not self._site_node:
             self._discover()
+        self._epoch = max(self._epoch + 1, time.time_ns())  # messages of an earlier launch are refused
         factory = f"{self._factory.__module__}:{getattr(self._factory, '__name__', '')}"
         if factory not in FACTORIES:
             raise InvalidParameterError("flower engine: runs only dpopt's site shard programs (pass sites)")
@@ -527,6 +879,10 @@ class FlowerEngine(Engine):
         }  # fmt: skip
         got = self._send(reqs, "start-up")
         self._outputs = [self._out(got[s]) for s in range(self.n_shards)]
+        for s in range(self.n_shards):
+            plan = self._value(got[s])
+            if isinstance(plan, dict):
+                self.site_plans.update({str(k): float(v) for k, v in plan.items()})
 
     def step(self, t: int) -> list[Any]:
         self._round = t
@@ -534,7 +890,7 @@ class FlowerEngine(Engine):
             s: (self._shard_node[s], {"op": "step", "shard": s, "t": t}, [self._outputs[k] for k in self._sources[s]])
             for s in range(self.n_shards)
         }
-        got = self._send(reqs, f"round {t}")
+        got = self._send(reqs, f"round {t + 1}")
         self._outputs = [self._out(got[s]) for s in range(self.n_shards)]
         return [self._value(got[s]) for s in range(self.n_shards)]
 
@@ -553,6 +909,14 @@ class FlowerEngine(Engine):
         self._outputs = []
 
 
+def _clean_reason(reason: str) -> str:
+    """Flower's ``"<class 'pkg.Err'>:<'message'>"`` as ``"Err: message"`` (other text unchanged)."""
+    import re
+
+    m = re.fullmatch(r"<class '(?:[\w.]*\.)?(\w+)'>:<'(.*)'>", reason, flags=re.S)
+    return f"{m.group(1)}: {m.group(2)}" if m else reason
+
+
 def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp process
     """The Flower ServerApp of the coordinator: runs a job with :class:`FlowerEngine`."""
     from flwr.app import Context
@@ -565,7 +929,8 @@ def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp p
         """Run config: ``job = "module:function"`` returning ``(admm, sites, run_kwargs)``, ``output``."""
         module, attr = str(context.run_config["job"]).split(":")
         admm, sites, kwargs = getattr(importlib.import_module(module), attr)()
-        engine = FlowerEngine(grid, n_sites=len(sites), timeout=kwargs.pop("timeout", None))
+        engine = FlowerEngine(grid, n_sites=len(sites), timeout=kwargs.pop("timeout", None),
+                              rejoin_timeout=kwargs.pop("rejoin_timeout", 300.0))  # fmt: skip
         began = time.perf_counter()
         result = admm.run(sites, engine=engine, **kwargs)
         seconds = time.perf_counter() - began
@@ -578,6 +943,8 @@ def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp p
             node_privacy_history=result.node_privacy_history,
             epsilon=result.privacy.epsilon,
             seconds=seconds,
+            site_names=np.array([s.name for s in sites]),
+            site_plans=np.array([engine.site_plans.get(s.name, np.nan) for s in sites]),
         )
         tmp.replace(out)
 
