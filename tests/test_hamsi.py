@@ -262,7 +262,7 @@ def test_distributed_matches_in_process_strata_b(synth: MatrixFactorizationProbl
     p = MatrixFactorizationProblem(synth.ratings, 6, l2=1e-3)
     kw = dict(max_iter=10, memory=3, rng=3)
     local = hamsi(p, strata_b(p.ratings, n_shards), safeguard=False, **kw)  # type: ignore[arg-type]
-    dist = hamsi_distributed(p, n_shards, **kw)  # type: ignore[arg-type]
+    dist = hamsi_distributed(p, n_shards, safeguard=False, **kw)  # type: ignore[arg-type]
     # same gradients; inner products summed per shard (different rounding only)
     np.testing.assert_allclose(dist.U, local.U, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(dist.history_rmse, local.history_rmse, rtol=1e-9)
@@ -334,7 +334,7 @@ def test_biased_distributed_matches_in_process() -> None:
     )
     kw = dict(max_iter=8, memory=3, rng=3, init_scale=None)
     local = hamsi(p, strata_b(p.ratings, 2), safeguard=False, **kw)  # type: ignore[arg-type]
-    dist = hamsi_distributed(p, 2, **kw)  # type: ignore[arg-type]
+    dist = hamsi_distributed(p, 2, safeguard=False, **kw)  # type: ignore[arg-type]
     np.testing.assert_allclose(dist.U, local.U, rtol=1e-9, atol=1e-11)
     assert dist.row_bias is not None and local.row_bias is not None
     np.testing.assert_allclose(dist.row_bias, local.row_bias, rtol=1e-9, atol=1e-11)

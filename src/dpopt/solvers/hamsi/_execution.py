@@ -20,9 +20,10 @@ from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback, notify
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers import _mf_kernels as _k
-from dpopt.solvers.hamsi.checkpoint import load_state, save_state, state_path
+from dpopt.solvers.hamsi.checkpoint import lbfgs_state, load_lbfgs, load_state, save_state, state_path
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS
 from dpopt.solvers.hamsi.result import HamsiResult
+from dpopt.solvers.hamsi.safeguard import RestartSafeguard
 from dpopt.solvers.hamsi.schedule import subset_schedule
 
 if TYPE_CHECKING:
@@ -354,13 +355,13 @@ def _run(
             if (
                 value < mon_best[0] * (1.0 - tol)
                 or not math.isfinite(mon_best[0])
-                or restarts_seen[0] != n_restarts
+                or restarts_seen[0] != guard.n_restarts
                 or not qn_seen[0]
             ):
                 # progress; epochs with a safeguard restart, or in HAMSI's gradient warm-up (whose
                 # steps can be tiny on large data), do not count as stalled
                 since[0] = 0
-                restarts_seen[0] = n_restarts
+                restarts_seen[0] = guard.n_restarts
             else:
                 since[0] += 1
             qn_seen[0] = lbfgs is None
@@ -371,7 +372,7 @@ def _run(
             eval_time += time.perf_counter() - t_ev
 
         setup_time = time.perf_counter() - t_setup
-        n_restarts = 0
+        guard = RestartSafeguard(K, enabled=safeguard and lbfgs is not None, growth=restart_growth)
         evaluate(0)
         orders = subset_schedule(
             K,
@@ -385,11 +386,6 @@ def _run(
         epoch = 0
         ref_x = ref_g = None
         safe_x: Float | None = None  # start of the current outer iteration (checked)
-        qn_since_safe = False
-        gd_since_safe = False
-        gd_scale = 1.0  # shrinks when warm-up gradient steps alone increased a subset's loss
-        qn_scale = 1.0  # shrinks when quasi-Newton steps increased it
-        prev_sse = np.full(K, math.inf)  # loss of each subset at its previous visit
         stop = False
         fingerprint = {
             "method": method, "shape": problem.shape, "n_ratings": problem.n_ratings, "rank": problem.rank,
@@ -402,11 +398,9 @@ def _run(
         if saved is not None:
             # continue the saved run: same point, memory, schedule position, safeguard and history
             x[:] = saved["x"]
-            epoch, steps, n_restarts = int(saved["epoch"]), int(saved["steps"]), int(saved["n_restarts"])
+            epoch, steps = int(saved["epoch"]), int(saved["steps"])
             elapsed, eval_time = float(saved["elapsed"]), float(saved["eval_time"])
-            gd_scale, qn_scale = float(saved["gd_scale"]), float(saved["qn_scale"])
-            qn_since_safe, gd_since_safe = bool(saved["qn_since_safe"]), bool(saved["gd_since_safe"])
-            prev_sse[:] = saved["prev_sse"]
+            guard.load(saved)
             ref_x = saved["ref_x"].copy() if "ref_x" in saved else None
             ref_g = saved["ref_g"].copy() if "ref_g" in saved else None
             safe_x = saved["safe_x"].copy() if "safe_x" in saved else None
@@ -422,26 +416,15 @@ def _run(
             for key in timings:
                 timings[key] = float(saved["timing_" + key])
             if lbfgs is not None:
-                lbfgs.A[:], lbfgs.STY[:], lbfgs.YTY[:] = (
-                    saved["lbfgs_A"],
-                    saved["lbfgs_STY"],
-                    saved["lbfgs_YTY"],
-                )
-                lbfgs.order = [int(v) for v in saved["lbfgs_order"]]
-                lbfgs.sigma = float(saved["lbfgs_sigma"])
-                lbfgs.n_accepted, lbfgs.n_rejected = int(saved["lbfgs_acc"]), int(saved["lbfgs_rej"])
-                if lbfgs.order:
-                    lbfgs._rebuild()
+                load_lbfgs(lbfgs, saved)
             for _ in range(epoch):  # the schedule's position (its random stream is re-derived from rng)
                 next(orders)
 
         def checkpoint() -> None:
             assert ckpt is not None
             state: dict[str, Any] = {
-                "x": x, "epoch": epoch, "steps": steps, "n_restarts": n_restarts, "elapsed": elapsed,
-                "eval_time": eval_time, "gd_scale": gd_scale, "qn_scale": qn_scale,
-                "qn_since_safe": qn_since_safe, "gd_since_safe": gd_since_safe, "prev_sse": prev_sse,
-                "ref_x": ref_x, "ref_g": ref_g, "safe_x": safe_x, "best_x": best_x,
+                "x": x, "epoch": epoch, "steps": steps, "elapsed": elapsed, "eval_time": eval_time,
+                **guard.state(), "ref_x": ref_x, "ref_g": ref_g, "safe_x": safe_x, "best_x": best_x,
                 "best_rmse": best_rmse[0], "mon_best": mon_best[0], "mon_x": mon_x, "since": since[0],
                 "restarts_seen": restarts_seen[0], "qn_seen": qn_seen[0], "running_sum": running[0],
                 "running_n": running[1], "hist_t": np.asarray(hist_t, dtype=np.float64),
@@ -451,9 +434,7 @@ def _run(
             state.update({"timing_" + k: v for k, v in timings.items()})
             state.update({"fp_" + k: str(v) for k, v in fingerprint.items()})
             if lbfgs is not None:
-                state.update({"lbfgs_A": lbfgs.A, "lbfgs_STY": lbfgs.STY, "lbfgs_YTY": lbfgs.YTY,
-                              "lbfgs_order": np.asarray(lbfgs.order, dtype=np.int64), "lbfgs_sigma": lbfgs.sigma,
-                              "lbfgs_acc": lbfgs.n_accepted, "lbfgs_rej": lbfgs.n_rejected})  # fmt: skip
+                state.update(lbfgs_state(lbfgs))
             save_state(ckpt, state)
 
         while epoch < max_epochs and not stop:
@@ -468,13 +449,8 @@ def _run(
                 running[0] += sse
                 running[1] += subsets[k].rows.shape[0]
                 bad = not math.isfinite(sse) or not np.isfinite(g).all()
-                guarded = (
-                    safeguard
-                    and lbfgs is not None
-                    and safe_x is not None
-                    and (qn_since_safe or gd_since_safe)
-                )
-                if bad and not guarded:
+                verdict = guard.check(k, sse, bad, safe_x is not None)
+                if verdict == "failed":
                     status, message = "failed", _DIVERGED
                     x[:] = best_x
                     stop = True
@@ -483,32 +459,25 @@ def _run(
                     break
                 skip = False
                 if lbfgs is not None:
-                    if guarded and safe_x is not None and (bad or sse > restart_growth * prev_sse[k]):
-                        # quasi-Newton steps since the last safe point increased this subset's loss
-                        # (or overflowed): return to that point and restart the L-BFGS memory
+                    if verdict == "restart" and safe_x is not None:
+                        # steps since the last safe point increased this subset's loss (or
+                        # overflowed): return to that point and restart the L-BFGS memory (the
+                        # safeguard shortened the steps that overshot)
                         x[:] = safe_x
                         lbfgs.reset()
-                        n_restarts += 1
-                        prev_sse[:] = math.inf
-                        if not qn_since_safe:
-                            # gradient steps alone overshot: their schedule does not fit the
-                            # curvature of this problem (e.g. few ratings per row): shorten them
-                            gd_scale *= 0.25
-                        else:
-                            qn_scale *= 0.5  # and quasi-Newton steps that overshot take shorter steps
-                        qn_since_safe = gd_since_safe = False
                         ref_x = ref_g = None
                         skip = True
                     else:
-                        prev_sse[k] = sse
                         if K == 1:
                             if ref_x is not None and ref_g is not None:
                                 lbfgs.push(x - ref_x, g - ref_g)
                             ref_x, ref_g = x.copy(), g.copy()
-                            safe_x, qn_since_safe, gd_since_safe = ref_x, False, False
+                            safe_x = ref_x
+                            guard.new_safe_point()
                         elif ell == 0:
                             ref_x, ref_g = x.copy(), g.copy()
-                            safe_x, qn_since_safe, gd_since_safe = ref_x, False, False
+                            safe_x = ref_x
+                            guard.new_safe_point()
                         elif ell == len(order) - 1 and ref_x is not None and ref_g is not None:
                             lbfgs.push(x - ref_x, g - ref_g)
                 if skip:
@@ -524,14 +493,14 @@ def _run(
                 if lbfgs is not None and lbfgs.full:
                     beta = max(beta_floor, (eta * counter) ** gamma)
                     coefs = lbfgs.coefficients(g)
-                    _k.lbfgs_apply(x, g, lbfgs.A, coefs, lbfgs.sigma, qn_scale / beta)
+                    _k.lbfgs_apply(x, g, lbfgs.A, coefs, lbfgs.sigma, guard.qn_scale / beta)
                     qn_seen[0] = True
-                    qn_since_safe = True
+                    guard.stepped(quasi_newton=True)
                 else:
                     e_, g_ = (eta_gd, gamma_gd) if method == "hamsi" else (eta, gamma)
                     beta = max(gd_floor, (e_ * counter) ** g_)
-                    x -= g * (gd_scale / beta)
-                    gd_since_safe = True
+                    x -= g * (guard.gd_scale / beta)
+                    guard.stepped(quasi_newton=False)
                 t3 = time.perf_counter()
                 timings["gradient"] += t1 - t0
                 timings["hessian"] += t2 - t1
@@ -596,7 +565,7 @@ def _run(
         timings=MappingProxyType(timings),
         n_pairs_accepted=lbfgs.n_accepted if lbfgs is not None else 0,
         n_pairs_rejected=lbfgs.n_rejected if lbfgs is not None else 0,
-        n_restarts=n_restarts,
+        n_restarts=guard.n_restarts,
         n_threads=used_threads,
         partition_balance=MappingProxyType(part.balance()),
         options=MappingProxyType(options),

@@ -1,17 +1,21 @@
-"""Durable run state of :func:`dpopt.solvers.hamsi.hamsi` / ``mbgd``: one ``.npz`` file written
-atomically (a temporary file in the same directory, then ``os.replace``), so an interrupted run can
-resume from its last checkpoint with the result of an uninterrupted run (same seed)."""
+"""Durable run state of :func:`dpopt.solvers.hamsi.hamsi`, ``mbgd`` and ``hamsi_distributed``: one
+``.npz`` file written atomically (a temporary file in the same directory, then ``os.replace``), so an
+interrupted run can resume from its last checkpoint with the result of an uninterrupted run (same
+seed); also the (de)serialisation of an L-BFGS memory shared by the solvers' checkpoints."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dpopt.exceptions import InvalidParameterError
+
+if TYPE_CHECKING:
+    from dpopt.solvers.hamsi.lbfgs import CompactLBFGS
 
 FORMAT_VERSION = 1
 FILE_NAME = "hamsi_state.npz"
@@ -61,3 +65,24 @@ def load_state(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None
                 "use another directory or resume=False"
             )
     return state
+
+
+def lbfgs_state(mem: CompactLBFGS, prefix: str = "lbfgs_", *, copy: bool = False) -> dict[str, Any]:
+    """The stored pairs, their inner products, ``σ`` and the counters of ``mem`` (the arrays
+    themselves, or copies with ``copy=True``)."""
+    A, STY, YTY = (a.copy() for a in (mem.A, mem.STY, mem.YTY)) if copy else (mem.A, mem.STY, mem.YTY)
+    return {
+        prefix + "A": A, prefix + "STY": STY, prefix + "YTY": YTY,
+        prefix + "order": np.asarray(mem.order, dtype=np.int64), prefix + "sigma": mem.sigma,
+        prefix + "acc": mem.n_accepted, prefix + "rej": mem.n_rejected,
+    }  # fmt: skip
+
+
+def load_lbfgs(mem: CompactLBFGS, state: dict[str, Any], prefix: str = "lbfgs_") -> None:
+    """Put :func:`lbfgs_state`'s content back into ``mem`` (same dimension and memory)."""
+    mem.A[:], mem.STY[:], mem.YTY[:] = state[prefix + "A"], state[prefix + "STY"], state[prefix + "YTY"]
+    mem.order = [int(v) for v in np.asarray(state[prefix + "order"]).ravel()]
+    mem.sigma = float(state[prefix + "sigma"])
+    mem.n_accepted, mem.n_rejected = int(state[prefix + "acc"]), int(state[prefix + "rej"])
+    if mem.order:
+        mem._rebuild()

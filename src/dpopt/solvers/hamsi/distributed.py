@@ -4,7 +4,9 @@ and program (``_ShardSpec``, ``_HamsiShard``, the factory ``_make_hamsi_shard``)
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,8 +22,10 @@ from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback, deprecated_alias, notify
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers import _mf_kernels as _k
+from dpopt.solvers.hamsi.checkpoint import lbfgs_state, load_lbfgs, load_state, save_state, state_path
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS, _dot, _matvec, _pair_products
 from dpopt.solvers.hamsi.result import HamsiResult
+from dpopt.solvers.hamsi.safeguard import RestartSafeguard
 from dpopt.solvers.hamsi.schedule import subset_schedule
 
 if TYPE_CHECKING:
@@ -58,9 +62,12 @@ class _HamsiShard:
     Every inner step takes three engine rounds: (0) compute the block ``R_r x C_c`` of the current
     stratum with the column block ``V_c`` published by its owner, publish its ``gV_c``; (1) gather
     ``gV_r`` from the shard that processed column block ``r``, publish the partial inner products
-    (``Wᵀg`` and the curvature-pair products, 2M + 3M + 5 numbers); (2) sum the partials in shard
-    order (every shard then holds the same small matrices), store the pair, update the own slices,
-    publish the new ``V_r``.  DSGD-style, only column blocks and O(M) scalars travel.
+    (``Wᵀg``, the curvature-pair products and the block's loss, 2M + 3M + 7 numbers); (2) sum the
+    partials in shard order (every shard then holds the same small matrices and the same subset
+    loss), let the restart safeguard judge the loss (identical decision on every shard), store the
+    pair, update the own slices, publish the new ``V_r``.  DSGD-style, only column blocks and O(M)
+    scalars travel.  After a restart the remaining steps of the outer iteration are skipped, as in
+    :func:`~dpopt.solvers.hamsi.hamsi`.
     """
 
     def __init__(self, spec: _ShardSpec) -> None:
@@ -72,12 +79,19 @@ class _HamsiShard:
             self.x.shape[0], o["memory"], sigma_mode=o["sigma_mode"], sigma0=o["sigma0"],
             curvature=o["curvature"], curvature_tol=o["curvature_tol"],
         )  # fmt: skip
+        self.guard = RestartSafeguard(spec.n_shards, enabled=o["safeguard"], growth=o["restart_growth"])
         self.g = np.zeros_like(self.x)
         self.gU = np.zeros_like(spec.U0)
         self.ref_x: Float | None = None
         self.ref_g: Float | None = None
+        self.safe_x: Float | None = None  # start of the current outer iteration (checked)
         self.pair: tuple[Float, Float] | None = None
         self.sse = 0.0
+        self.n_steps = 0  # inner steps taken (skipped ones excluded), as hamsi counts them
+        self.skip = False  # a restart skips the rest of the outer iteration
+        self.failed = False
+        m = self.mem.memory
+        self._len = 3 + 5 * m + 4  # pair products, A g, s·g, y·g, subset loss, non-finite flag
 
     def _V(self) -> Float:
         return self.x[self.nU :].reshape(-1, self.spec.rank)
@@ -89,8 +103,16 @@ class _HamsiShard:
         sp = self.spec
         o = sp.options
         i, phase = divmod(t, 3)
-        epoch, step, k, first, closing = sp.steps[i]
+        epoch, _, k, first, closing = sp.steps[i]
         P, r, m = sp.n_shards, sp.r, self.mem.memory
+        if phase == 0 and first:
+            self.skip = False
+        if self.skip or self.failed:  # the rest of the outer iteration after a restart
+            if phase == 0:
+                return np.zeros(0), {}
+            if phase == 1:
+                return np.zeros(self._len), {}
+            return self._V().ravel().copy(), self._diag()
         if phase == 0:
             c = (r + k) % P
             Vc = np.ascontiguousarray(inputs[c]).reshape(-1, sp.rank)
@@ -113,20 +135,37 @@ class _HamsiShard:
                 _k.regularize(gV_, xV, sp.share[k] * sp.reg_V, L)
             elif sp.reg[k]:
                 self.g += sp.reg[k] * self.x
-            out = np.zeros(3 + 3 * m + 2 * m + 2)
+            out = np.zeros(self._len)
             self.pair = None
             if closing and self.ref_x is not None and self.ref_g is not None:
                 s_ = self.x - self.ref_x
                 y_ = self.g - self.ref_g
                 self.pair = (s_, y_)
                 out[: 3 + 3 * m] = _pair_products(self.mem.A, s_, y_)
-                out[-2], out[-1] = _dot(s_, self.g), _dot(y_, self.g)
+                out[-4], out[-3] = _dot(s_, self.g), _dot(y_, self.g)
             out[3 + 3 * m : 3 + 5 * m] = _matvec(self.mem.A, self.g)
+            out[-2] = self.sse
+            out[-1] = 0.0 if math.isfinite(self.sse) and np.isfinite(self.g).all() else 1.0
             return out, {}
-        # phase 2: reduce in shard order, then update the own slices
-        tot = np.zeros_like(np.asarray(inputs[0], dtype=np.float64))
+        # phase 2: reduce in shard order, judge the subset loss, then update the own slices
+        tot = np.zeros(self._len)
         for part in inputs:
             tot = tot + np.asarray(part, dtype=np.float64)
+        self.n_steps += 1
+        sse = float(tot[-2])
+        bad = not (tot[-1] == 0.0 and math.isfinite(sse))
+        verdict = self.guard.check(k, sse, bad, self.safe_x is not None)
+        if verdict == "failed":
+            self.failed = True
+            return self._V().ravel().copy(), self._diag()
+        if verdict == "restart" and self.safe_x is not None:
+            # steps since the last safe point increased this subset's loss (or overflowed): return
+            # to that point, clear the memory, skip the rest of the outer iteration
+            self.x[:] = self.safe_x
+            self.mem.reset()
+            self.ref_x = self.ref_g = None
+            self.skip = True
+            return self._V().ravel().copy(), self._diag()
         v = tot[3 + 3 * m : 3 + 5 * m].copy()
         if self.pair is not None:
             s_, y_ = self.pair
@@ -136,24 +175,66 @@ class _HamsiShard:
             )  # fmt: skip
             if accepted:
                 slot = self.mem.order[-1]
-                v[slot], v[m + slot] = tot[-2], tot[-1]
+                v[slot], v[m + slot] = tot[-4], tot[-3]
         if first:
             self.ref_x, self.ref_g = self.x.copy(), self.g.copy()
-        counter = step + 1 if o["beta_counter"] == "inner" else epoch + 1
+            self.safe_x = self.ref_x
+            self.guard.new_safe_point()
+        counter = self.n_steps if o["beta_counter"] == "inner" else epoch + 1
         if self.mem.full:
             beta = max(o["beta_floor"], (o["eta"] * counter) ** o["gamma"])
             coefs = self.mem.coefficients_from(v)
-            _k.lbfgs_apply(self.x, self.g, self.mem.A, coefs, self.mem.sigma, 1.0 / beta)
+            _k.lbfgs_apply(self.x, self.g, self.mem.A, coefs, self.mem.sigma, self.guard.qn_scale / beta)
+            self.guard.stepped(quasi_newton=True)
         else:
             beta = (o["eta_gd"] * counter) ** o["gamma_gd"]
-            self.x -= self.g * (1.0 / beta)
-        return self._V().ravel().copy(), {}
+            self.x -= self.g * (self.guard.gd_scale / beta)
+            self.guard.stepped(quasi_newton=False)
+        return self._V().ravel().copy(), self._diag()
+
+    def _diag(self) -> dict[str, Any]:
+        return {
+            "failed": self.failed, "restarts": self.guard.n_restarts, "steps": self.n_steps,
+            "pairs": (self.mem.n_accepted, self.mem.n_rejected),
+        }  # fmt: skip
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole shard state between outer iterations (copies; arrays and numbers only)."""
+        state: dict[str, Any] = {
+            "x": self.x.copy(), "n_steps": self.n_steps, "skip": self.skip, "failed": self.failed,
+            **lbfgs_state(self.mem, copy=True), **self.guard.state(),
+        }  # fmt: skip
+        for name in ("ref_x", "ref_g", "safe_x"):
+            value = getattr(self, name)
+            if value is not None:
+                state[name] = value.copy()
+        return state
+
+    def restore(self, state: dict[str, Any]) -> Float:
+        """Continue from :meth:`snapshot` (also read back from a file); returns the published ``V_r``."""
+        self.x[:] = state["x"]
+        self.n_steps, self.skip, self.failed = (
+            int(state["n_steps"]),
+            bool(state["skip"]),
+            bool(state["failed"]),
+        )
+        load_lbfgs(self.mem, state)
+        self.guard.load(state)
+        for name in ("ref_x", "ref_g", "safe_x"):
+            setattr(self, name, np.array(state[name], dtype=np.float64) if name in state else None)
+        if self.safe_x is not None and self.ref_x is not None and np.array_equal(self.safe_x, self.ref_x):
+            self.safe_x = self.ref_x
+        return self.initial_output()
 
     def call(self, name: str, *args: Any) -> Any:
         if name == "x":
             return self.x.copy()
         if name == "pairs":
             return (self.mem.n_accepted, self.mem.n_rejected)
+        if name == "snapshot":
+            return self.snapshot()
+        if name == "restore":
+            return self.restore(*args)
         raise ValueError(f"unknown shard call {name!r}")
 
 
@@ -179,27 +260,99 @@ def hamsi_distributed(
     sigma0: float = 500.0,
     curvature: Literal["relative", "reference", "thesis"] = "relative",
     curvature_tol: float | None = None,
+    safeguard: bool = True,
+    restart_growth: float = 2.0,
     max_iter: int | None = None,
     init: tuple[Any, ...] | None = None,
     init_scale: float | Literal["spectral"] | None = 1.0,
     test: Ratings | None = None,
     rng: RNGLike,
     callback: Callback | None = None,
+    checkpoint_every: int = 5,
+    max_recoveries: int = 3,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    resume: bool = False,
     max_epochs: int | None = None,
 ) -> HamsiResult:
     """HAMSI (L-BFGS, STRATA-B with ``P = n_shards``) on the engines of :mod:`dpopt.distributed.engines`.
 
-    One shard program per row block (``"inprocess"``, ``"processes"`` or ``"ray"``: one actor per
-    shard); shard ``r`` owns row block ``R_r`` of U and column block ``C_r`` of V; in stratum ``s`` it
-    processes block ``R_r x C_{(r+s) mod P}`` with the column factors sent by their owner, and the
-    L-BFGS step needs one all-reduce of ``2M`` (plus ``3M + 5`` for a curvature pair) scalars per
-    inner step (spec §2.11).  The iterates equal those of :func:`hamsi` on
-    :func:`~dpopt.distributed.partition.strata_b` with ``safeguard=False`` up to the summation order of
-    the inner products, and are identical on every engine.  Options as in :func:`hamsi`; the
-    restart safeguard is not available here.  ``max_iter`` (default 20) counts outer iterations
-    (``max_epochs=`` is the deprecated old name); ``callback`` as in :func:`hamsi`.
+    One shard program per row block (``"inprocess"``, ``"processes"`` or ``"ray"``: one worker
+    process or actor per shard); shard ``r`` owns row block ``R_r`` of U and column block ``C_r``
+    of V; in stratum ``s`` it processes block ``R_r x C_{(r+s) mod P}`` with the column factors
+    sent by their owner, and the L-BFGS step needs one all-reduce of ``2M`` (plus ``3M + 5`` for a
+    curvature pair, and 2 for the subset loss) scalars per inner step (spec §2.11).  The iterates
+    equal those of :func:`hamsi` on :func:`~dpopt.distributed.partition.strata_b` (same
+    ``safeguard``) up to the summation order of the inner products, and are identical on every
+    engine.  HAMSI is an optimizer and is **not** differentially private.
+
+    Parameters
+    ----------
+    problem : MatrixFactorizationProblem
+    n_shards : int, default 2
+        ``P``: shards (workers) and strata.
+    engine : {"inprocess", "processes", "ray"} or Engine, default "inprocess"
+        Where the shards run.  By name, an engine with one worker per shard is started and closed
+        here; pass an :class:`~dpopt.distributed.engines.Engine` instance to choose its time limits
+        (``timeout=``, ``timeout_floor=``: every wait on a worker has one) or a Ray cluster
+        (``address=``), or to keep the workers for several runs.
+    schedule, eta, gamma, memory, eta_gd, gamma_gd, beta_counter, beta_floor, sigma_mode, sigma0, curvature, curvature_tol
+        As in :func:`hamsi`.
+    safeguard, restart_growth
+        The restart safeguard of :func:`hamsi` (:mod:`dpopt.solvers.hamsi.safeguard`): every
+        shard holds a copy, fed with the same all-reduced subset losses, so all take the same
+        decision; ``n_restarts`` counts the restarts.
+    max_iter : int, default 20
+        Outer iterations (``max_epochs=`` is the deprecated old name).
+    init, init_scale, test, rng
+        As in :func:`hamsi` (``rng`` keys ``"init"`` and ``"schedule"``).
+    callback : callable, optional
+        As in :func:`hamsi`; after a worker failure, the outer iterations replayed from the
+        checkpoint are reported again.
+    checkpoint_every : int, default 5
+        Outer iterations between checkpoints of every shard's state (factors, L-BFGS memory,
+        safeguard), kept in the driver's memory and, with ``checkpoint_dir``, written to disk.
+    max_recoveries : int, default 3
+        A worker that dies (SIGKILL, ``ray.kill``, a lost node) or does not answer within the
+        engine's time limit is replaced: all workers restart from the last checkpoint and the
+        outer iterations since are replayed, with the same result as an uninterrupted run, at most
+        this many times; then, or when a shard program itself raises, the
+        :class:`~dpopt.distributed.engines.EngineError` (naming the shard and round) is raised.
+        ``n_recoveries`` counts them.
+    checkpoint_dir : str, path or None
+        Durable run state: every ``checkpoint_every`` outer iterations the shard states and the
+        driver's history are written atomically to ``hamsi_state.npz`` there (one file, replaced
+        in place; about ``2 memory + 4`` copies of the factors).  Not written after the stopping
+        iteration.
+    resume : bool, default False
+        Continue from the state in ``checkpoint_dir`` if there is one (else start afresh), e.g.
+        after the driver crashed.  With the same problem, options and ``rng`` seed the factors and
+        the RMSE history equal those of an uninterrupted run (times differ); a state saved by a
+        different run (other data, shard count or options) is refused.
+
+    Returns
+    -------
+    HamsiResult
+        ``scheme`` is ``"strata-b/<engine>"``; ``status`` ``"failed"`` means a non-finite loss with
+        nothing to return to (the factors are then the best evaluated ones).
+
+    Raises
+    ------
+    InvalidParameterError
+        For invalid options, a mismatched ``test`` split or a state file of another run.
+    EngineError
+        When a worker failure cannot be recovered (see ``max_recoveries``).
+
+    Examples
+    --------
+    >>> from dpopt.datasets import make_low_rank_ratings
+    >>> from dpopt.matrix_factorization import MatrixFactorizationProblem
+    >>> from dpopt.solvers.hamsi import hamsi_distributed
+    >>> p = MatrixFactorizationProblem(make_low_rank_ratings(60, 40, 2, 0.3, rng=0), rank=2)
+    >>> res = hamsi_distributed(p, 2, max_iter=30, memory=3, rng=0)
+    >>> res.scheme, res.n_epochs, bool(res.rmse < res.history_rmse[0])
+    ('strata-b/inprocess', 30, True)
     """
-    from dpopt.distributed.engines import Engine, make_engine
+    from dpopt.distributed.engines import Engine, EngineError, make_engine
     from dpopt.distributed.partition import strata_b
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
@@ -208,6 +361,8 @@ def hamsi_distributed(
             "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
         )
     P = check_int(n_shards, "n_shards")
+    if schedule not in ("det", "stoc"):
+        raise InvalidParameterError("schedule: must be 'det' (cyclic shift) or 'stoc' (shuffling)")
     if beta_counter not in ("outer", "inner"):
         raise InvalidParameterError("beta_counter: must be 'outer' or 'inner'")
     limit = deprecated_alias(
@@ -223,12 +378,19 @@ def hamsi_distributed(
         "eta_gd": check_positive(eta_gd, "eta_gd"), "gamma_gd": check_positive(gamma_gd, "gamma_gd"),
         "memory": check_int(memory, "memory"), "beta_counter": beta_counter,
         "beta_floor": check_nonneg(beta_floor, "beta_floor"), "sigma_mode": sigma_mode, "sigma0": sigma0,
-        "curvature": curvature, "curvature_tol": curvature_tol,
+        "curvature": curvature, "curvature_tol": curvature_tol, "safeguard": bool(safeguard),
+        "restart_growth": check_positive(restart_growth, "restart_growth"),
     }  # fmt: skip
+    checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
+    max_recoveries = check_int(max_recoveries, "max_recoveries", minimum=0)
+    if resume and checkpoint_dir is None:
+        raise InvalidParameterError("resume: needs checkpoint_dir= (where the state file is kept)")
+    ckpt = state_path(checkpoint_dir) if checkpoint_dir is not None else None
     if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
         raise InvalidParameterError(
             f"test: expected a Ratings of shape {problem.shape} (same users and items)"
         )
+    t_setup = time.perf_counter()
     r_init, r_sched, _ = (as_generator(c) for c in spawn(rng, ["init", "schedule", "partition"]))
     part = strata_b(problem.ratings, P)
     assert part.row_cuts is not None and part.col_cuts is not None
@@ -240,14 +402,14 @@ def hamsi_distributed(
     mu = float(problem.offset or 0.0)
     orders = subset_schedule(P, schedule, repeat_first=P > 1, rng=r_sched)
     steps: list[tuple[int, int, int, bool, bool]] = []
-    n_steps = 0
+    first_round = [0]  # first engine round of every outer iteration (and the end)
     for epoch in range(max_epochs):
         order = next(orders)
         for ell, k in enumerate(order):
             first = P == 1 or ell == 0
             closing = P == 1 or ell == len(order) - 1
-            steps.append((epoch, n_steps, k, first, closing))
-            n_steps += 1
+            steps.append((epoch, len(steps), k, first, closing))
+        first_round.append(3 * len(steps))
     n = problem.n_ratings
     share = tuple(float(sum(b.shape[0] for b in part.blocks[s])) / n for s in range(P))
     reg = tuple(problem.l2 * sh for sh in share)
@@ -278,7 +440,19 @@ def hamsi_distributed(
                 reg_V=problem._reg_V if problem.bias else None,
             )
         )
-    eng = make_engine(engine)
+    fingerprint = {
+        "method": "hamsi_distributed", "shape": problem.shape, "n_ratings": n, "rank": problem.rank,
+        "bias": problem.bias, "l2": problem.l2, "n_shards": P, "schedule": schedule,
+        **options,
+    }  # fmt: skip
+    if ckpt is not None:
+        fingerprint["data"] = _data_digest(problem)
+    saved = load_state(ckpt, fingerprint) if resume and ckpt is not None else None
+    if isinstance(engine, str):
+        engine_options = {"processes": {"n_workers": P}, "ray": {"n_actors": P}}.get(engine, {})
+        eng = make_engine(engine, **engine_options)
+    else:
+        eng = make_engine(engine)
     own = not isinstance(engine, Engine)
     timings = {"gradient": 0.0, "update": 0.0, "hessian": 0.0}
     phase_name = ("gradient", "hessian", "update")
@@ -287,51 +461,140 @@ def hamsi_distributed(
     hist_r: list[float] = []
     hist_te: list[float] = []
     elapsed = 0.0
+    eval_time = 0.0
     U = U0.copy()
     V = V0.copy()
+    best = [math.inf]  # best evaluated training RMSE and its factors
+    best_U, best_V = U0.copy(), V0.copy()
     held_out = problem.evaluator(test) if test is not None else None
     width = problem.width
+    shard_diag: list[dict[str, Any]] = [{"failed": False, "restarts": 0, "steps": 0, "pairs": (0, 0)}]
 
-    def gather() -> None:
+    def fill() -> None:
         for r, xr in enumerate(eng.call("x")):
             nU = (rc[r + 1] - rc[r]) * width
             U[rc[r] : rc[r + 1]] = xr[:nU].reshape(-1, width)
             V[cc[r] : cc[r + 1]] = xr[nU:].reshape(-1, width)
+
+    def gather(epoch: int) -> None:
+        nonlocal eval_time
+        fill()
+        t_ev = time.perf_counter()
         hist_t.append(elapsed)
+        hist_e.append(epoch)
         hist_r.append(problem.rmse(U, V))
         if held_out is not None:
             hist_te.append(held_out(U, V))
+        if hist_r[-1] < best[0]:
+            best[0] = hist_r[-1]
+            best_U[:], best_V[:] = U, V
+        eval_time += time.perf_counter() - t_ev
+
+    def driver_state(epoch: int) -> dict[str, Any]:
+        return {
+            "epoch": epoch, "elapsed": elapsed, "eval_time": eval_time, "best_rmse": best[0],
+            "best_U": best_U.copy(), "best_V": best_V.copy(),
+            "hist_t": np.asarray(hist_t, dtype=np.float64), "hist_e": np.asarray(hist_e, dtype=np.int64),
+            "hist_r": np.asarray(hist_r, dtype=np.float64), "hist_te": np.asarray(hist_te, dtype=np.float64),
+            **{"timing_" + k: v for k, v in timings.items()},
+        }  # fmt: skip
+
+    def load_driver(state: dict[str, Any]) -> int:
+        nonlocal elapsed, eval_time
+        elapsed, eval_time = float(state["elapsed"]), float(state["eval_time"])
+        best[0] = float(state["best_rmse"])
+        best_U[:], best_V[:] = state["best_U"], state["best_V"]
+        hist_t[:], hist_e[:] = [float(v) for v in state["hist_t"]], [int(v) for v in state["hist_e"]]
+        hist_r[:], hist_te[:] = [float(v) for v in state["hist_r"]], [float(v) for v in state["hist_te"]]
+        for key in timings:
+            timings[key] = float(state["timing_" + key])
+        return int(state["epoch"])
+
+    def save_durable(epoch: int, states: Sequence[dict[str, Any]]) -> None:
+        assert ckpt is not None
+        state = driver_state(epoch)
+        for r, st in enumerate(states):
+            state.update({f"shard{r}_{key}": value for key, value in st.items()})
+        state.update({"fp_" + k: str(v) for k, v in fingerprint.items()})
+        save_state(ckpt, state)
 
     status, message = "max_iter", ""
+    recoveries: list[str] = []
+    done = 0
     try:
         _k.warmup()
-        eng.start(_make_hamsi_shard, specs, [list(range(P))] * P)
-        hist_e.append(0)
-        gather()
-        t = 0
-        done_epochs = 0
-        for epoch in range(max_epochs):
-            while t < 3 * len(steps) and steps[t // 3][0] == epoch:
-                t0 = time.perf_counter()
-                eng.step(t)
-                dt = time.perf_counter() - t0
-                timings[phase_name[t % 3]] += dt
-                elapsed += dt
-                t += 1
-            done_epochs = epoch + 1
-            hist_e.append(done_epochs)
-            gather()
-            if not math.isfinite(hist_r[-1]):
-                status, message = "failed", "diverged (non-finite values)"
+        if saved is not None:
+            shard_states = [
+                {
+                    key[len(f"shard{r}_") :]: value
+                    for key, value in saved.items()
+                    if key.startswith(f"shard{r}_")
+                }
+                for r in range(P)
+            ]
+            done = load_driver(saved)
+            eng.start(_make_hamsi_shard, specs, [list(range(P))] * P, states=shard_states)
+            fill()
+            shard_diag[0] = {
+                "failed": bool(shard_states[0]["failed"]), "restarts": int(shard_states[0]["n_restarts"]),
+                "steps": int(shard_states[0]["n_steps"]),
+                "pairs": (int(shard_states[0]["lbfgs_acc"]), int(shard_states[0]["lbfgs_rej"])),
+            }  # fmt: skip
+        else:
+            eng.start(_make_hamsi_shard, specs, [list(range(P))] * P)
+            gather(0)
+            shard_states = eng.call("snapshot")
+        setup_time = time.perf_counter() - t_setup
+        memory_ckpt = (done, shard_states, driver_state(done))
+        epoch = done
+        while epoch < max_epochs:
+            try:
+                for t in range(first_round[epoch], first_round[epoch + 1]):
+                    t0 = time.perf_counter()
+                    diags = eng.step(t)
+                    dt = time.perf_counter() - t0
+                    timings[phase_name[t % 3]] += dt
+                    elapsed += dt
+                    if t % 3 == 2:
+                        shard_diag[0] = diags[0]
+                epoch += 1
+                gather(epoch)
+                failed = bool(shard_diag[0]["failed"]) or not math.isfinite(hist_r[-1])
+                if not failed and epoch < max_epochs and epoch % checkpoint_every == 0:
+                    states = eng.call("snapshot")
+                    memory_ckpt = (epoch, states, driver_state(epoch))
+                    if ckpt is not None:
+                        save_durable(epoch, states)
+            except EngineError as err:
+                if not err.crashed or len(recoveries) >= max_recoveries:
+                    raise
+                first_line = str(err).splitlines()[0]
+                recoveries.append(
+                    f"{first_line}; recovered from the checkpoint of outer iteration {memory_ckpt[0]}"
+                )
+                eng.restart(memory_ckpt[1])
+                epoch = load_driver(memory_ckpt[2])
+                continue
+            done = epoch
+            if failed:
+                status, message = "failed", _DIVERGED
+                U[:], V[:] = best_U, best_V
+                hist_t.append(elapsed)
+                hist_e.append(epoch)
+                hist_r.append(best[0])
+                if held_out is not None:
+                    hist_te.append(held_out(U, V))
                 break
-            if notify(callback, done_epochs, rmse=hist_r[-1], elapsed=elapsed):
+            if notify(callback, epoch, rmse=hist_r[-1], elapsed=elapsed):
                 status = "stopped"
                 break
-        pairs = eng.call("pairs")[0]
+        pairs = shard_diag[0]["pairs"]
     finally:
         if own:
             eng.close()
     U_out, V_out, row_bias, col_bias = problem.split(U, V)
+    if recoveries:
+        message = (message + "; " if message else "") + "; ".join(recoveries)
     return HamsiResult(
         U=U_out,
         V=V_out,
@@ -339,8 +602,8 @@ def hamsi_distributed(
         scheme=f"strata-b/{eng.name}",
         schedule=schedule,
         status=status,
-        n_epochs=done_epochs,
-        n_steps=sum(1 for st in steps if st[0] < done_epochs),
+        n_epochs=done,
+        n_steps=int(shard_diag[0]["steps"]),
         history_time=np.asarray(hist_t),
         history_epoch=np.asarray(hist_e, dtype=np.int64),
         history_rmse=np.asarray(hist_r),
@@ -348,12 +611,27 @@ def hamsi_distributed(
         timings=MappingProxyType(timings),
         n_pairs_accepted=int(pairs[0]),
         n_pairs_rejected=int(pairs[1]),
-        n_restarts=0,
+        n_restarts=int(shard_diag[0]["restarts"]),
         n_threads=P,
         partition_balance=MappingProxyType(part.balance()),
         options=MappingProxyType(dict(options, n_subsets=P, engine=eng.name)),
-        message=message or f"hamsi_distributed: {done_epochs} epochs ({status})",
+        message=message or f"hamsi_distributed: {done} epochs ({status})",
         row_bias=row_bias,
         col_bias=col_bias,
         offset=mu,
+        setup_time=setup_time,
+        eval_time=eval_time,
+        n_recoveries=len(recoveries),
     )
+
+
+_DIVERGED = "diverged (non-finite values); the factors are the best evaluated iterate"
+
+
+def _data_digest(problem: MatrixFactorizationProblem) -> str:
+    """A short digest of the training ratings (a resumed run must see the same data)."""
+    h = hashlib.blake2b(digest_size=12)
+    rt = problem.ratings
+    for a in (rt.rows, rt.cols, rt.values):
+        h.update(np.ascontiguousarray(a).view(np.uint8).data)
+    return h.hexdigest()

@@ -61,6 +61,9 @@ class HamsiResult:
     setup_time, eval_time : float
         Seconds spent before the first step (layout, initialization) and in evaluations; neither is
         in ``history_time``.
+    n_recoveries : int
+        Worker failures :func:`hamsi_distributed` recovered from (``message`` says which);
+        0 for the shared-memory solvers.
     """
 
     U: Float = field(repr=False)
@@ -88,6 +91,7 @@ class HamsiResult:
     offset: float = 0.0
     setup_time: float = 0.0
     eval_time: float = 0.0
+    n_recoveries: int = 0
 
     @property
     def nit(self) -> int:
