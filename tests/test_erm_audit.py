@@ -117,3 +117,48 @@ def test_objective_perturbation_audit_finds_no_violation():
         ]
 
     assert audit(leaky, D0, D1, n_runs=300, delta=BUDGET.delta, rng=3).refutes(EPS)
+
+
+def test_pure_epsilon_objective_perturbation_audit_and_planted_understated_calibration(monkeypatch):
+    """δ = 0 objective perturbation (l2-Laplace noise, ``pure_calibration``) audited as pure ε-DP.
+
+    n = 20 records, all with zero features except the first, which is (x = 0.1, y = ±1) in d0 / d1
+    (replace-one).  Unconstrained smooth hinge (smoothing 0.1) without an l2 penalty: every margin
+    stays in the loss's linear part, so the minimiser is θ = -(g(D) + b)/ζ with g(d0) - g(d1) = 2L/n,
+    the declared gradient sensitivity, and the released θ carries the noise term's full privacy loss
+    (the Jacobian term, ln(1 + λ/(nζ)), is slack here: φ'' = 0 where the margins are).  The claim
+    ε = 2 at δ = 0 is not refuted; the same test with the calibration understated 2x (α doubled, as
+    if the Lipschitz bound were half the declared one) is.
+    """
+    import dpopt.solvers.objective_perturbation as op_mod
+    from dpopt.problems import SmoothHingeLoss
+
+    n, b, eps = 20, 0.1, 2.0
+    X = np.zeros((n, 1))
+    X[0, 0] = b
+    y0 = np.ones(n)
+    y1 = y0.copy()
+    y1[0] = -1.0
+    prob = ERMProblem(SmoothHingeLoss(0.1), DataBounds(b), None)
+    pure = Budget(eps, 0.0)
+
+    def op(y, rng):  # tol 1e-6: the output noise covering the inexact solve stays negligible (~0.004)
+        res = minimize(prob, X, y, method="objective_perturbation", budget=pure, rng=rng, tol=1e-6)
+        return res.solution[0]
+
+    first = minimize(prob, X, y0, method="objective_perturbation", budget=pure, rng=0, tol=1e-6)
+    assert first.privacy.epsilon <= eps * (1 + 1e-12) and first.privacy.delta == 0.0
+    assert first.parameters["noise"] == "l2_laplace"
+    good = audit(op, y0, y1, n_runs=1000, delta=0.0, rng=4, tests="threshold")
+    assert not good.refutes(eps), str(good)
+
+    honest = op_mod.pure_calibration
+
+    def understated(*args, **kwargs):
+        alpha, zeta = honest(*args, **kwargs)
+        return 2.0 * alpha, zeta  # noise scale 1/α halved: sensitivity understated 2x
+
+    monkeypatch.setattr(op_mod, "pure_calibration", understated)
+    bad = audit(op, y0, y1, n_runs=1000, delta=0.0, rng=4, tests="threshold")
+    assert bad.refutes(eps), str(bad)
+    assert bad.epsilon_lower > good.epsilon_lower

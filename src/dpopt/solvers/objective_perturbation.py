@@ -44,6 +44,7 @@ __all__ = [
     "certify_point",
     "chi2_delta",
     "guaranteed_iterations",
+    "jacobian_split",
     "kst_sigma",
     "private_objective_perturbation",
     "pure_calibration",
@@ -123,6 +124,24 @@ def replace_one_epsilon(
     return eps1 + _noise_epsilon(z, delta)
 
 
+def jacobian_split(
+    epsilon: float, *, hessian: float, n: int, jacobian_fraction: float, l2_penalty: float = 0.0
+) -> tuple[float, float]:
+    """(ε₂ left for the noise term, total ridge ζ) of objective perturbation's ε split.
+
+    ``jacobian_fraction`` of ε goes to the Jacobian term ``ε₁ = ln(1 + hessian/(nζ))``, which fixes
+    ``ζ = hessian/(n(e^{ε₁} - 1))``.  When the public ``l2_penalty`` already exceeds that ζ, the ridge
+    is the penalty itself and the Jacobian term needs only ``ln(1 + hessian/(n·l2_penalty))``.  Shared
+    by the Gaussian (:func:`replace_one_calibration`) and the pure-ε (:func:`pure_calibration`) forms.
+    """
+    eps1 = min(jacobian_fraction * epsilon, 700.0)  # e^{ε₁} overflows beyond; a larger ridge is sound
+    zeta = hessian / (n * math.expm1(eps1))
+    if l2_penalty > zeta:
+        zeta = l2_penalty
+        eps1 = math.log1p(hessian / (n * zeta))
+    return epsilon - eps1, zeta
+
+
 def replace_one_calibration(
     epsilon: float,
     delta: float,
@@ -140,12 +159,8 @@ def replace_one_calibration(
     ``l2_penalty`` already exceeds that ζ, the ridge is the penalty itself, the Jacobian term only
     needs ``ε₁ = ln(1 + hessian/(n·l2_penalty))`` and the rest of ε goes to the noise.
     """
-    eps1 = min(jacobian_fraction * epsilon, 700.0)  # e^{ε₁} overflows beyond; a larger ridge is sound
-    zeta = hessian / (n * math.expm1(eps1))
-    if l2_penalty > zeta:
-        zeta = l2_penalty
-        eps1 = math.log1p(hessian / (n * zeta))
-    eps2 = epsilon - eps1
+    eps2, zeta = jacobian_split(epsilon, hessian=hessian, n=n, jacobian_fraction=jacobian_fraction,
+                                l2_penalty=l2_penalty)  # fmt: skip
     z = _noise_multiplier(eps2, delta)
     return z * 2 * lipschitz / n, zeta
 
@@ -164,14 +179,10 @@ def pure_calibration(
     The density ratio of the exact minimiser between replace-one neighbours is at most
     ``(1 + hessian/(nζ))·exp(α‖u‖)`` with ``‖u‖ <= 2L/n`` (Chaudhuri-Monteleoni-Sarwate 2011, the
     noise density's ratio by the triangle inequality), so ``ε = ln(1 + hessian/(nζ)) + 2αL/n``.
-    The split of ε is as in :func:`replace_one_calibration`.
+    The split of ε is :func:`jacobian_split`'s, as in :func:`replace_one_calibration`.
     """
-    eps1 = min(jacobian_fraction * epsilon, 700.0)
-    zeta = hessian / (n * math.expm1(eps1))
-    if l2_penalty > zeta:
-        zeta = l2_penalty
-        eps1 = math.log1p(hessian / (n * zeta))
-    eps2 = epsilon - eps1
+    eps2, zeta = jacobian_split(epsilon, hessian=hessian, n=n, jacobian_fraction=jacobian_fraction,
+                                l2_penalty=l2_penalty)  # fmt: skip
     return eps2 * n / (2 * lipschitz), zeta
 
 
