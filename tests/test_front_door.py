@@ -74,8 +74,9 @@ def test_unsupported_problem_names_the_methods_that_support_it() -> None:
     with pytest.raises(InvalidParameterError, match=r"needs a bounded constraint set.*objective_perturbation"):
         minimize(unconstrained, X, y, method="mirror_descent", budget=Budget(1.0, 1e-5), rng=0)
     no_ridge = ERMProblem(LogisticLoss(), DataBounds(1.0), L2Ball(5))
-    with pytest.raises(InvalidParameterError, match="strongly convex"):
-        minimize(no_ridge, X, y, method="dp_nesterov", budget=Budget(1.0, 1e-5), rng=0)
+    # momentum methods run without a ridge (public surrogate ridge); output perturbation needs one
+    res = minimize(no_ridge, X, y, method="dp_nesterov", budget=Budget(1.0, 1e-5), rng=0, max_iter=5)
+    assert res.parameters["surrogate_ridge"] > 0
     with pytest.raises(InvalidParameterError, match="l2_penalty"):
         minimize(no_ridge, X, y, method="output_perturbation", budget=Budget(1.0, 1e-5), rng=0)
 

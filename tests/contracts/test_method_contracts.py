@@ -182,6 +182,28 @@ def test_unsupported_problems_refused_before_anything_runs(name: str) -> None:
     assert gen.bit_generator.state == before
 
 
+@pytest.mark.parametrize("name", METHODS)
+def test_unpenalised_problems_solved_within_budget_or_refused(name: str) -> None:
+    """Without a ridge term (``l2_penalty = 0``) a method either declares a requirement that refuses
+    the problem (held above) or solves it: noise off it reaches the unpenalised optimum, and a private
+    run stays feasible and within the budget."""
+    spec = method_spec(name)
+    problem, X, y = reference_problem(spec)
+    bare = ERMProblem(problem.loss, problem.bounds, problem.constraint)
+    if any(req(bare, {}) for req in spec.requires):
+        pytest.skip("the spec requires a ridge term; the refusal is tested above")
+    _, f_star = _scipy_optimum(bare, X, y)
+    res = minimize(bare, X, y, method=name, budget="non-private", rng=0, **method_options(spec, 2000))
+    gap = bare.objective(res.solution, X, y) - f_star
+    assert -1e-8 <= gap <= max(_GAP_TOL.get(name, _DEFAULT_GAP_TOL), 1e-2), f"{name}: objective gap {gap:.3g}"
+    priv = minimize(bare, X, y, method=name, budget=BUDGET, rng=11, **method_options(spec, FEW))
+    if bare.constraint is not None:
+        assert bare.constraint.contains(priv.solution, tol=1e-9)
+    assert np.all(np.isfinite(priv.solution))
+    assert priv.privacy.epsilon <= BUDGET.epsilon * (1 + 1e-3)
+    assert priv.privacy.delta <= BUDGET.delta * (1 + 1e-9)
+
+
 def test_reference_constraints_come_from_the_specs() -> None:
     """The reference problems above use only constraint sets the spec declares."""
     for name in METHODS:

@@ -16,6 +16,10 @@ sum-scaled gradient of the thesis: ``Σ_{i∈B} ĝ_i(x) + |B|·l2_penalty·x``; 
 the (nominal) batch size.  Noise calibration, accounting and the step-size formulas live in
 :mod:`dpopt.solvers.dp_calibration`.
 
+Without a ridge (``l2_penalty = 0``, no declared μ) the methods whose momentum needs μ add the public
+surrogate ridge ``(μ_T/2)‖θ‖²``, ``μ_T = L/κ_T`` with κ_T from the public iteration count (see
+:func:`surrogate_condition_number`); the ridge is data-independent, so the privacy analysis is unchanged.
+
 Constants L and μ (step sizes, momentum) come from the declared bounds by default
 (``L = φ''_max R² + l2_penalty``, ``μ = l2_penalty`` per example), or from ``smoothness`` /
 ``strong_convexity`` given by the user (public), or -- only to reproduce the thesis -- from the
@@ -57,7 +61,7 @@ from dpopt.solvers.dp_calibration import (
 )
 from dpopt.solvers.minimize import BudgetLike, nonprivate_diagnostics, parse_budget
 
-__all__ = ["dp_gd", "dp_gdws", "dp_heavy_ball", "dp_nesterov", "dp_online_gdws"]
+__all__ = ["dp_gd", "dp_gdws", "dp_heavy_ball", "dp_nesterov", "dp_online_gdws", "surrogate_condition_number"]
 
 Array = NDArray[np.float64]
 Callback = IterCallback
@@ -99,6 +103,7 @@ class _Context:
     gen: np.random.Generator | SecureRNG
     np_gen: np.random.Generator
     sampling_rate: float | None = None  # declared (public) Poisson rate: add/remove analysis
+    ridge: float = 0.0  # public surrogate ridge added by the momentum methods when μ = 0 (mean scale)
     plan: NoisePlan | None = None
     perm: NDArray[Any] | None = None
     notes: list[str] = field(default_factory=list)
@@ -140,12 +145,33 @@ class _Context:
 
     @property
     def kappa(self) -> float:
-        if self.strong_convexity <= 0:
+        if self.strong_convexity <= 0:  # pragma: no cover - the momentum methods call ensure_strong_convexity
             raise InvalidParameterError(
                 "this method needs a strongly convex objective: set problem.l2_penalty > 0 (or declare "
                 "strong_convexity)"
             )
         return self.smoothness / self.strong_convexity
+
+    def ensure_strong_convexity(self, iterations: int) -> None:
+        """Add the public surrogate ridge when the objective has no strong convexity (μ = 0).
+
+        The methods whose step sizes and momentum need μ (heavy ball, Nesterov, M-ASG, MAG) run on
+        ``F(θ) + (μ_T/2)‖θ‖²`` with ``μ_T = L/κ_T`` and ``κ_T = surrogate_condition_number(T)``, a
+        function of the public iteration count T and the declared smoothness only (the
+        regularisation reduction of Allen-Zhu & Hazan 2016).  The ridge term is data-independent:
+        the released clipped gradient sums, their sensitivity and the accounting are unchanged.
+        """
+        if self.strong_convexity > 0:
+            return
+        mu = self.smoothness / surrogate_condition_number(iterations)
+        self.ridge = mu
+        self.smoothness += mu
+        self.strong_convexity = mu
+        self.notes.append(
+            f"no strong convexity (l2_penalty = 0): ran on the objective plus a public ridge (μ_T/2)‖θ‖² with "
+            f"μ_T = {mu:.3g} (κ_T = {surrogate_condition_number(iterations):.4g} from T = {iterations}); "
+            "bias at most (μ_T/2)‖u‖² against any comparator u"
+        )
 
     def make_plan(
         self,
@@ -230,7 +256,7 @@ class _Context:
         idx = self.indices(t, kind)
         g = self.clipped_sum(x, idx)
         nominal = self.n if idx is None else self.batch
-        lam = self.problem.l2_penalty
+        lam = self.problem.l2_penalty + self.ridge  # public terms: no effect on the sensitivity
         if lam:
             g = g + (nominal * lam) * x
         g = self.plan.add_noise(g, t, self.gen)
@@ -272,6 +298,7 @@ class _Context:
             "grad_scale": self.grad_scale,
             "smoothness": self.L,
             "strong_convexity": self.mu,
+            "surrogate_ridge": self.ridge,
             "constants": "data" if self.data_constants else "declared",
         }
 
@@ -281,6 +308,18 @@ class _Context:
         if self.data_constants and self.plan.private:
             spent = data_constants_spent(spent)
         return spent
+
+
+def surrogate_condition_number(iterations: int) -> float:
+    """κ_T = max(4, (T / (2 ln(T + 1)))²): the condition number of the public surrogate ridge.
+
+    With ``μ_T = L/κ_T`` an accelerated method's contraction ``exp(-T/√κ_T) ≈ T⁻²`` and the ridge's
+    bias ``(μ_T/2)‖u‖² = ‖u‖²·2L ln²(T+1)/T²`` are of the same order, the convex accelerated rate up to
+    the log factor (Allen-Zhu & Hazan 2016, "Optimal black-box reductions between optimization
+    objectives").  A function of the public T only.
+    """
+    T = max(1, int(iterations))
+    return max(4.0, (T / (2.0 * math.log(T + 1.0))) ** 2)
 
 
 def _row_norms(X: Any, norm: str) -> Array:
@@ -740,7 +779,11 @@ def dp_heavy_ball(
     step : float, optional
         Constant step α (default 1/L).
     momentum : float, optional
-        β̄ in [0, 1) (default from κ).
+        β̄ in [0, 1) (default from κ).  Without strong convexity (``l2_penalty = 0`` and no
+        ``strong_convexity``) the default runs on ``F(θ) + (μ_T/2)‖θ‖²``, a public surrogate ridge
+        with ``μ_T = L/κ_T``, ``κ_T = max(4, (T/(2 ln(T+1)))²)`` (:func:`surrogate_condition_number`),
+        whose bias is at most ``(μ_T/2)‖u‖²`` against any comparator u; ``parameters["surrogate_ridge"]``
+        reports μ_T (0 when the problem has its own ridge).
 
     Returns
     -------
@@ -757,6 +800,8 @@ def dp_heavy_ball(
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
+    if momentum is None:  # the default momentum needs μ: a public surrogate ridge when there is none
+        ctx.ensure_strong_convexity(T)
     alpha = 1.0 / ctx.L if step is None else _step_value(step)
     beta = _momentum_default(ctx.kappa, True) if momentum is None else _check_momentum(momentum)
     ctx.make_plan(
@@ -822,7 +867,11 @@ def dp_nesterov(
     step : float, optional
         Constant step α (default 1/L).
     momentum : float, optional
-        β̄ in [0, 1) (default from κ).
+        β̄ in [0, 1) (default from κ).  Without strong convexity (``l2_penalty = 0`` and no
+        ``strong_convexity``) the default runs on ``F(θ) + (μ_T/2)‖θ‖²``, a public surrogate ridge
+        with ``μ_T = L/κ_T``, ``κ_T = max(4, (T/(2 ln(T+1)))²)`` (:func:`surrogate_condition_number`),
+        whose bias is at most ``(μ_T/2)‖u‖²`` against any comparator u; ``parameters["surrogate_ridge"]``
+        reports μ_T (0 when the problem has its own ridge).
 
     Returns
     -------
@@ -839,6 +888,8 @@ def dp_nesterov(
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
+    if momentum is None:  # the default momentum needs μ: a public surrogate ridge when there is none
+        ctx.ensure_strong_convexity(T)
     alpha = 1.0 / ctx.L if step is None else _step_value(step)
     beta = _momentum_default(ctx.kappa, False) if momentum is None else _check_momentum(momentum)
     ctx.make_plan(

@@ -41,15 +41,6 @@ BudgetLike = Budget | tuple[float, float] | str | None
 SolverFn = Callable[..., OptimizeResult]
 
 
-def _strongly_convex(problem: ERMProblem, options: Mapping[str, Any]) -> str | None:
-    if problem.l2_penalty > 0 or options.get("strong_convexity"):
-        return None
-    return (
-        "needs a strongly convex objective (its step sizes and momentum use μ): set problem.l2_penalty > 0 "
-        "or declare strong_convexity=..."
-    )
-
-
 def _penalised(problem: ERMProblem, options: Mapping[str, Any]) -> str | None:
     if problem.l2_penalty > 0:
         return None
@@ -76,7 +67,7 @@ _GRAD_RANGES: dict[str, tuple[Any, ...]] = {
 }
 
 
-def _grad(summary: str, target: str, *, strongly_convex: bool = False, **kw: Any) -> MethodSpec:
+def _grad(summary: str, target: str, **kw: Any) -> MethodSpec:
     return MethodSpec(
         summary=summary,
         target=target,
@@ -84,7 +75,6 @@ def _grad(summary: str, target: str, *, strongly_convex: bool = False, **kw: Any
         neighbouring=("replace_one", "add_remove"),
         noise=("laplace", "gaussian"),
         calibrations=("tight", "paper"),
-        requires=(_strongly_convex,) if strongly_convex else (),
         ranges=_GRAD_RANGES,
         **kw,
     )
@@ -140,12 +130,8 @@ _METHODS: dict[str, MethodSpec] = {
     # DP gradient methods with smoothing and multistage acceleration (thesis ch. 4)
     "dp_gd": _grad("DP gradient descent on clipped per-example gradients (full batch)", _GRAD + "dp_gd"),
     "dp_sgd": _grad("DP-SGD: dp_gd on sampled batches (pass batch_size)", _GRAD + "dp_gd"),
-    "dp_heavy_ball": _grad(
-        "DP heavy-ball momentum (DP-HB / DP-SHB)", _GRAD + "dp_heavy_ball", strongly_convex=True
-    ),
-    "dp_nesterov": _grad(
-        "DP Nesterov acceleration (DP-NAG / DP-SNAG)", _GRAD + "dp_nesterov", strongly_convex=True
-    ),
+    "dp_heavy_ball": _grad("DP heavy-ball momentum (DP-HB / DP-SHB)", _GRAD + "dp_heavy_ball"),
+    "dp_nesterov": _grad("DP Nesterov acceleration (DP-NAG / DP-SNAG)", _GRAD + "dp_nesterov"),
     "dp_gdws": _grad(
         "DP-GDwS: DP gradient descent with exponential smoothing (thesis Alg. 4)", _GRAD + "dp_gdws"
     ),
@@ -155,13 +141,9 @@ _METHODS: dict[str, MethodSpec] = {
         _GRAD + "dp_online_gdws",
         iteration_option=None,
     ),
-    "dp_masg": _grad(
-        "DP M-ASG: multistage accelerated SGD baseline", _MULTI + "dp_masg", strongly_convex=True
-    ),
-    "dp_mag": _grad(
-        "DP-MAG: multistage accelerated gradient (thesis ch. 4)", _MULTI + "dp_mag", strongly_convex=True
-    ),
-    "dp_smag": _grad("DP-SMAG: the stochastic DP-MAG", _MULTI + "dp_mag", strongly_convex=True),
+    "dp_masg": _grad("DP M-ASG: multistage accelerated SGD baseline", _MULTI + "dp_masg"),
+    "dp_mag": _grad("DP-MAG: multistage accelerated gradient (thesis ch. 4)", _MULTI + "dp_mag"),
+    "dp_smag": _grad("DP-SMAG: the stochastic DP-MAG", _MULTI + "dp_mag"),
 }
 _ALIASES = {
     "noisy_md": "mirror_descent",

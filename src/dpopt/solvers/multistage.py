@@ -173,6 +173,12 @@ def dp_masg(
 
     Every step gets the share ε/T (as the thesis's baselines, spec §3.7); the stage structure is
     post-processing and chosen from public quantities only.
+
+    Without strong convexity (``l2_penalty = 0`` and no ``strong_convexity``) the stages, steps and
+    momentum are those of ``F(θ) + (μ_T/2)‖θ‖²`` with the public surrogate ridge ``μ_T = L/κ_T``,
+    ``κ_T = max(4, (T/(2 ln(T+1)))²)`` (:func:`~dpopt.solvers.gradient.surrogate_condition_number`);
+    the bias is at most ``(μ_T/2)‖u‖²`` against any comparator u, ``parameters["surrogate_ridge"]``
+    reports μ_T.  The ridge is data-independent: sensitivity and accounting are unchanged.
     """
     if variant not in ("m-asg", "m-asg*"):
         raise InvalidParameterError("variant: must be 'm-asg' or 'm-asg*'")
@@ -183,6 +189,7 @@ def dp_masg(
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
+    ctx.ensure_strong_convexity(T)  # μ = 0: a public surrogate ridge (documented under Notes)
     kappa = ctx.kappa
     segs = _uniform_segments(ctx, T)
     ctx.make_plan(segs, accountant, paper_rule=paper_rule, tight_accountant=tight_accountant, label="dp-masg")
@@ -309,6 +316,10 @@ def dp_mag(
     Stage k gets the share ε/K and each of its n_k steps ε/(K n_k) (for Gaussian noise the share is
     taken in the Gaussian's additive currency 1/z²).  The total is ε exactly as with ε/T per step:
     the split reallocates noise between stages, it saves nothing (spec P13).
+
+    Without strong convexity (``l2_penalty = 0`` and no ``strong_convexity``) the method runs on
+    ``F(θ) + (μ_T/2)‖θ‖²`` with the public surrogate ridge of :func:`dp_masg` (bias at most
+    ``(μ_T/2)‖u‖²``; ``parameters["surrogate_ridge"]``); sensitivity and accounting are unchanged.
     """
     if stage_rule not in ("default", "noise_aware_fixed_point"):
         raise InvalidParameterError("stage_rule: must be 'default' or 'noise_aware_fixed_point'")
@@ -323,6 +334,7 @@ def dp_mag(
         smoothness=smoothness, strong_convexity=strong_convexity,
     )  # fmt: skip
     T = check_int(iterations, "iterations")
+    ctx.ensure_strong_convexity(T)  # μ = 0: a public surrogate ridge (documented under Notes)
     kappa = ctx.kappa
     rq = math.sqrt(1 / kappa)
     beta_fixed = (1 - rq) / (1 + rq)
