@@ -77,6 +77,8 @@ def test_unsupported_problem_names_the_methods_that_support_it() -> None:
     # momentum methods run without a ridge (public surrogate ridge); output perturbation needs one
     res = minimize(no_ridge, X, y, method="dp_nesterov", budget=Budget(1.0, 1e-5), rng=0, max_iter=5)
     assert res.parameters["surrogate_ridge"] > 0
+    with pytest.raises(InvalidParameterError, match="does not support the LogisticLoss"):
+        minimize(no_ridge, X, y, method="ssp", budget=Budget(1.0, 1e-5), rng=0)
     with pytest.raises(InvalidParameterError, match="l2_penalty"):
         minimize(no_ridge, X, y, method="output_perturbation", budget=Budget(1.0, 1e-5), rng=0)
 

@@ -407,13 +407,30 @@ class DPLinearRegression(_DPRegressor):
 
     Parameters are those of :class:`DPLogisticRegression` plus ``label_bound`` (required: a public
     bound on |y|) and ``max_norm`` (default 1.0; the squared loss is Lipschitz only on a bounded
-    set).
+    set).  ``solver="auto"`` (default) is sufficient-statistics perturbation (``"ssp"``, AdaSSP)
+    when δ > 0 and objective perturbation (its pure-ε form) when δ = 0.
 
     Privacy
     -------
     (ε, δ)-DP per ``fit`` under replace-one neighbours, given ``‖x‖ <= feature_norm`` and
-    ``|y| <= label_bound`` (checked, or clipped with ``clip=True``).  Default solver: objective
-    perturbation with the replace-one (χ₂ hockey-stick) calibration.
+    ``|y| <= label_bound`` (checked, or clipped with ``clip=True``).  ``"ssp"``: one Gaussian
+    release of (XᵀX, Xᵀy, λ_min(XᵀX)) with sensitivities from the declared bounds, PLD-calibrated
+    (:func:`dpopt.solvers.sufficient_statistics.private_sufficient_statistics`); the ridge and the
+    solve over the ball are post-processing.  ``"objective_perturbation"``: the replace-one
+    calibration (χ₂ hockey-stick for δ > 0, l2-Laplace for δ = 0).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dpopt.estimators import DPLinearRegression
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.uniform(-1, 1, size=(2000, 5)) / np.sqrt(5)
+    >>> y = np.clip(X @ np.array([1.0, -1.0, 0.5, 0.0, 0.0]) + 0.05 * rng.normal(size=2000), -1, 1)
+    >>> model = DPLinearRegression(epsilon=1.0, feature_norm=1.0, label_bound=1.0, rng=0).fit(X, y)
+    >>> model.solver_
+    'ssp'
+    >>> bool(np.mean((model.predict(X) - y) ** 2) < np.mean(y**2))
+    True
     """
 
     def __init__(
@@ -425,7 +442,7 @@ class DPLinearRegression(_DPRegressor):
         label_bound: float | None = None,
         norm: str = "l2",
         clip: bool = False,
-        solver: str = "objective_perturbation",
+        solver: str = "auto",
         l2_penalty: float = 0.0,
         max_norm: float = 1.0,
         fit_intercept: bool = True,
@@ -453,6 +470,12 @@ class DPLinearRegression(_DPRegressor):
 
     def _constraint(self, dim: int) -> Any:
         return L2Ball(dim, check_positive(self.max_norm, "max_norm"))
+
+    def _method(self, n: int) -> str:
+        if self.solver != "auto":
+            return str(self.solver)
+        # Gaussian sufficient statistics need δ > 0; objective perturbation has a pure-ε form
+        return "objective_perturbation" if self.delta == 0 else "ssp"
 
 
 class DPLasso(_DPRegressor):

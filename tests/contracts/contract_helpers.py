@@ -18,7 +18,7 @@ import pytest
 
 from dpopt.accounting import Budget
 from dpopt.exceptions import PrivacyClaimWarning
-from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball, SmoothHingeLoss
+from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball, LogisticLoss, SmoothHingeLoss
 from dpopt.solvers.specs import MethodSpec
 
 # ------------------------------------------------------------------------------------------------
@@ -46,12 +46,17 @@ def constraint_for(
 
 def reference_problem(spec: MethodSpec) -> tuple[ERMProblem, np.ndarray, np.ndarray]:
     """A small logistic problem (fixed seed) the method supports, with l2_penalty > 0 (every
-    requirement on strong convexity / penalisation is then met)."""
+    requirement on strong convexity / penalisation is then met); least squares with labels in
+    [-1, 1] for a method that supports only the squared loss."""
     rng = np.random.default_rng(20261123)
     n, d = 60, 3
     X = rng.normal(size=(n, d))
     X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
     y = np.where(X @ np.array([1.5, -1.0, 0.5]) + 0.3 * rng.normal(size=n) > 0, 1.0, -1.0)
+    if not spec.supports_loss(LogisticLoss()):  # least-squares-only methods: a bounded real label
+        y_reg = np.clip(0.5 * X @ np.array([1.5, -1.0, 0.5]) + 0.1 * y, -1.0, 1.0)
+        bounds = DataBounds(1.0, label_bound=1.0)
+        return ERMProblem("squared", bounds, constraint_for(spec, d, 1.0), l2_penalty=0.1), X, y_reg
     problem = ERMProblem("logistic", DataBounds(1.0), constraint_for(spec, d, 1.0), l2_penalty=0.1)
     return problem, X, y
 
@@ -81,6 +86,8 @@ def audit_problem(spec: MethodSpec) -> tuple[ERMProblem, np.ndarray, np.ndarray,
     polytope = "laplace" in spec.noise and not spec.unconstrained
     C = constraint_for(spec, 1, 0.9 / AUDIT_B, prefer_polytope=polytope)
     problem = ERMProblem(SmoothHingeLoss(0.1), DataBounds(AUDIT_B), C, l2_penalty=0.1)
+    if not spec.supports_loss(problem.loss):  # least-squares-only methods: the same pair, squared loss
+        problem = ERMProblem("squared", DataBounds(AUDIT_B, label_bound=1.0), C, l2_penalty=0.1)
     return problem, X, y0, y1
 
 

@@ -23,7 +23,7 @@ from dpopt.accounting import (
     commit,
 )
 from dpopt.exceptions import DPOptError, InvalidParameterError
-from dpopt.problems import ERMProblem, L1Ball, Polytope, Simplex, VertexSet
+from dpopt.problems import ERMProblem, L1Ball, L2Ball, Polytope, Simplex, SquaredLoss, VertexSet
 from dpopt.randomness import RNGLike
 from dpopt.solvers._result import OptimizeResult
 from dpopt.solvers.specs import MethodSpec, check_call
@@ -126,6 +126,17 @@ _METHODS: dict[str, MethodSpec] = {
         iteration_option="max_iterations",
         requires=(_penalised,),
         ranges={"tol": (0, None, True), "max_iterations": (1, None)},
+    ),
+    "ssp": MethodSpec(
+        summary="AdaSSP: one Gaussian release of XᵀX, Xᵀy, λ_min, then a ridge solve (least squares, Wang 2018)",
+        target="dpopt.solvers.sufficient_statistics:private_sufficient_statistics",
+        constraints=(L2Ball,),
+        unconstrained=True,
+        losses=(SquaredLoss,),
+        calibrations=("tight",),
+        iterative=False,
+        iteration_option=None,
+        ranges={"failure_probability": (0, 1, True, True), "ridge": (0, None, True)},
     ),
     # DP gradient methods with smoothing and multistage acceleration (thesis ch. 4)
     "dp_gd": _grad("DP gradient descent on clipped per-example gradients (full batch)", _GRAD + "dp_gd"),
