@@ -64,6 +64,7 @@ _BUILTIN_MODULES: tuple[str, ...] = (
     "dpopt.experiments.coa",
     "dpopt.experiments.ttz",
     "dpopt.experiments.kuru",
+    "dpopt.experiments.kuru_lmi",  # needs the extra dpopt[repro] (cvxpy); skipped without it
     "dpopt.experiments.hamsi",
     "dpopt.experiments.admm",
     "dpopt.experiments.admm_utility",
