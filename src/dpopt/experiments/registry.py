@@ -63,6 +63,7 @@ _BUILTIN_MODULES: tuple[str, ...] = (
     "dpopt.experiments.tour",
     "dpopt.experiments.coa",
     "dpopt.experiments.ttz",
+    "dpopt.experiments.ttz_b13",
     "dpopt.experiments.kuru",
     "dpopt.experiments.kuru_lmi",  # needs the extra dpopt[repro] (cvxpy); skipped without it
     "dpopt.experiments.hamsi",
