@@ -90,10 +90,10 @@ def _record(prob: ERMProblem, res: Any, X: Any, y: np.ndarray, lstar: float, **f
 class FWGaussianConfig:
     """E4 sweeps: n at p = p_fixed, p at n = n_fixed (squared loss, ‖x‖₂ <= 1, |y| <= 1)."""
 
-    n_values: tuple[int, ...] = (1000, 4000)
-    p_fixed: int = 30
-    p_values: tuple[int, ...] = (10, 100)
-    n_fixed: int = 2000
+    n_values: tuple[int, ...] = (500, 1500)
+    p_fixed: int = 20
+    p_values: tuple[int, ...] = (10, 50)
+    n_fixed: int = 500
     epsilon: float = 1.0
     delta: float = 1e-6
     max_iterations: int = 2000
@@ -130,7 +130,7 @@ class StronglyConvexConfig:
     regularization: float = 0.1
     epsilon: float = 1.0
     delta: float = 1e-6
-    max_iterations: int = 2000
+    max_iterations: int = 500
 
 
 def run_e5(cfg: StronglyConvexConfig, rng: np.random.Generator) -> Iterator[Record]:
@@ -142,7 +142,7 @@ def run_e5(cfg: StronglyConvexConfig, rng: np.random.Generator) -> Iterator[Reco
         for algo, lam, opts in (
             (f"strongly convex (Δ = {cfg.regularization:g}), η = 1/(Δt)", cfg.regularization,
              {"step_rule": "strongly_convex", "iterations": T}),
-            ("unregularised, noise-aware step (E1)", 0.0, {"max_iterations": cfg.max_iterations}),
+            ("unregularised, noise-aware step (E1)", 0.0, {"max_iter": cfg.max_iterations}),
         ):  # fmt: skip
             prob = ERMProblem("logistic", DataBounds(1.0), L2Ball(cfg.p), l2_penalty=lam)
             lstar = reference(prob, X, y)
@@ -179,7 +179,7 @@ def run_e6(cfg: NuclearConfig, rng: np.random.Generator) -> Iterator[Record]:
         for algo, potential in (("noise-MD, spectral", "spectral"), ("noise-MD, euclidean", "euclidean")):
             res = minimize(
                 prob, X, y, method="mirror_descent", budget=budget, rng=_child(rng), potential=potential,
-                max_iterations=cfg.max_iterations,
+                max_iter=cfg.max_iterations,
             )  # fmt: skip
             yield _record(prob, res, X, y, lstar, sweep="m", n=cfg.n, m=m, p=m * m, algorithm=algo)
 
@@ -190,13 +190,13 @@ class GroupConfig:
     """E7: block size k at K = groups_fixed, number of blocks K at k = size_fixed."""
 
     sizes: tuple[int, ...] = (2, 8)
-    groups_fixed: int = 8
-    groups: tuple[int, ...] = (4, 16)
+    groups_fixed: int = 4
+    groups: tuple[int, ...] = (2, 8)
     size_fixed: int = 4
-    n: int = 2000
+    n: int = 1000
     epsilon: float = 1.0
     delta: float = 1e-6
-    max_iterations: int = 300
+    max_iterations: int = 150
 
 
 def run_e7(cfg: GroupConfig, rng: np.random.Generator) -> Iterator[Record]:
@@ -211,7 +211,7 @@ def run_e7(cfg: GroupConfig, rng: np.random.Generator) -> Iterator[Record]:
         for algo, potential in (("noise-MD, group", "group"), ("noise-MD, euclidean", "euclidean")):
             res = minimize(
                 prob, X, y, method="mirror_descent", budget=budget, rng=_child(rng), potential=potential,
-                max_iterations=cfg.max_iterations,
+                max_iter=cfg.max_iterations,
             )  # fmt: skip
             yield _record(prob, res, X, y, lstar, sweep=sweep, n=cfg.n, k=k, K=K, p=p, algorithm=algo)
 
