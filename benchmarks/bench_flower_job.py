@@ -6,12 +6,27 @@ ring(3), PP, 3 rounds, sites loaded from ``.npz`` files.  The Flower figure come
 (which needs the ``ray`` extra) next to inprocess and processes, measured in one process.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 10 python benchmarks/bench_flower_job.py
+
+With ``--flower`` it runs that federation test instead (needs the ``flower`` extra; a few minutes)
+and prints its timings: the coordinator's run, each message round, and, from the sites' logs, the
+median time of dpopt's handler and the age of the ClientApp process when the handler started
+(Flower's start-up of the process: interpreter, flwr, app bundle, imports).  The test's run also
+kills one site's SuperNode after its first round and restarts it, so the run includes one
+recovery (its message rounds are listed too; compare medians).
+
+    python benchmarks/bench_flower_job.py --flower
 """
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -27,7 +42,32 @@ def _admm() -> PrivateADMM:
                        noise_rate=geometric(5.0, 1.05), max_iter=3)  # fmt: skip
 
 
+def flower() -> None:
+    """Run the federation test and print its timings."""
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "timings.json"
+        env = {**os.environ, "DPOPT_FLOWER_TIMINGS": str(out), "PYTHONPATH": str(root / "src")}
+        subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider",
+             "tests/test_flower_federation.py::test_flower_run_equals_inprocess"],
+            cwd=root, env=env, check=True, timeout=1800,
+        )  # fmt: skip
+        t = json.loads(out.read_text())
+    rounds = t["message_round_s"]
+    print(f"flower run (ServerApp, wall): {t['flower_run_s']:.1f} s for {t['rounds']} ADMM rounds")
+    print(f"dpopt admm run (submit to result, wall): {t['dpopt_admm_run_wall_s']:.1f} s")
+    print(f"message rounds: {len(rounds)}, median {statistics.median(rounds):.1f} s: "
+          + ", ".join(f"{r:.1f}" for r in rounds))  # fmt: skip
+    print(f"site handler (median): {t['site_handler_s_median']:.2f} s; ClientApp process age at the handler "
+          f"(median): {t['site_process_age_at_handler_s_median']:.2f} s")  # fmt: skip
+    print(f"inprocess: {t['inprocess_run_s']:.3f} s, processes: {t['processes_run_s']:.1f} s (same job, same run)")
+
+
 def main() -> None:
+    if "--flower" in sys.argv[1:]:
+        flower()
+        return
     with tempfile.TemporaryDirectory() as d:
         ds = make_logistic(150, 3, rng=0)
         sites = []

@@ -98,6 +98,9 @@ def _loopback(tmp_path, *, site_keys: bool = False, privacy: str = ""):
             self.nodes[self.next_id] = Ctx({fe.NODE_CONFIG_KEY: str(self.configs[k])})
             self.next_id += 1
 
+        def restart(self, node):  # same node id (same registered key), empty node state
+            self.nodes[node] = Ctx(self.nodes[node].node_config)
+
         def _reply(self, m):
             try:
                 return fe.client_reply(m, self.nodes[m.metadata.dst_node_id])
@@ -131,21 +134,49 @@ def test_loopback_flower_messages_equal_inprocess(tmp_path) -> None:
     grid = _loopback(tmp_path)
     admm = _admm()
     ref = admm.run([Site(f"s{k}", loader=str(tmp_path / f"s{k}.npz")) for k in range(3)], rng=3, record_models=True)
-    res = admm.run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
+    engine = fe.FlowerEngine(grid, n_sites=3)
+    res = admm.run(REMOTE, rng=3, engine=engine, record_models=True)
     assert np.array_equal(ref.models, res.models)
+    # one message round per start-up and per ADMM round: "describe" and "snapshot" come with the replies
+    assert [w for w, _ in engine.message_rounds] == ["hello", "start-up", "start-up", "round 1", "round 2", "round 3"]
     assert ref.models_history is not None and res.models_history is not None
     assert np.array_equal(ref.models_history, res.models_history)
     assert ref.privacy.epsilon == res.privacy.epsilon
 
 
 def test_site_noise_keys_replace_the_coordinators_key(tmp_path) -> None:
-    grid = _loopback(tmp_path, site_keys=True)
-    a = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
-    b = _admm().run(REMOTE, rng=4, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
-    assert np.array_equal(a.models_history, b.models_history)  # the coordinator's key is not used
-    c = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(_loopback(tmp_path / "x"), n_sites=3), record_models=True)
-    assert not np.array_equal(a.models, c.models)  # the sites' own keys drew the noise
+    """A site's noise key is derived from its secret and the run key: the same run replays the
+    same noise, another run draws other noise, and the coordinator's key alone does not give it."""
+    def run(grid, rng):
+        return _admm().run(REMOTE, rng=rng, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
+
+    a = run(_loopback(tmp_path, site_keys=True), 3)
+    again = run(_loopback(tmp_path, site_keys=True), 3)  # new site processes, same key files
+    assert np.array_equal(a.models_history, again.models_history)
+    other_run = run(_loopback(tmp_path, site_keys=True), 4)
+    assert not np.array_equal(a.models_history[1], other_run.models_history[1])
+    other_sites = run(_loopback(tmp_path / "x", site_keys=True), 3)  # same coordinator key, other site secrets
+    assert not np.array_equal(a.models_history[1], other_sites.models_history[1])
+    no_keys = run(_loopback(tmp_path / "y"), 3)
+    assert not np.array_equal(a.models_history[1], no_keys.models_history[1])
     assert all((tmp_path / f"s{k}.key").stat().st_mode & 0o777 == 0o600 for k in range(3))
+
+
+def test_a_site_never_reuses_a_noise_draw_for_another_release(tmp_path) -> None:
+    """Same run key, same job: a replay, not charged again.  Same run key, another job: the site
+    refuses (the same noise on two different values would reveal their difference)."""
+    grid = _loopback(tmp_path, privacy="budget = 50.0")
+    _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))
+    _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))
+    ledger = Ledger("sqlite:///" + str(tmp_path / "dpopt-site-ledger.db"))
+    assert [len(ledger.history(f"s{k}")) for k in range(3)] == [3, 3, 3]
+    other = PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5,
+                        noise_rate=geometric(4.0, 1.05), max_iter=3)  # fmt: skip
+    with pytest.raises(fe.EngineError, match=r"site s0: refuses round 1: its noise was already used"):
+        other.run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))
+    assert [len(ledger.history(f"s{k}")) for k in range(3)] == [3, 3, 3]
+    other.run(REMOTE, rng=5, engine=fe.FlowerEngine(grid, n_sites=3))  # a new run key: fine
+    assert [len(ledger.history(f"s{k}")) for k in range(3)] == [6, 6, 6]
 
 
 def test_a_site_that_does_not_answer_is_named(tmp_path) -> None:
@@ -199,6 +230,27 @@ def test_a_lost_site_that_rejoins_replays_the_same_noise(tmp_path) -> None:
     for k in range(3):
         assert len(ledger.history(f"s{k}")) == 3  # rounds 1-2 replayed, not charged twice
         assert ledger.spent(f"s{k}").epsilon == pytest.approx(res.node_privacy[k], rel=1e-12)
+
+
+def test_a_site_restarted_between_rounds_is_restarted_from_the_checkpoint(tmp_path) -> None:
+    """Site s2's SuperNode restarts with the same node id between rounds 2 and 3 (its node state is
+    gone): round 3 finds no shard there, and the run restarts from the checkpoint as for a lost site."""
+    ref = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(_loopback(tmp_path / "a"), n_sites=3), record_models=True)
+    grid = _loopback(tmp_path / "b")
+    inner = grid.send_and_receive
+    seen = {"steps": 0}
+
+    def restarting(msgs, timeout=None):
+        if any(m.content["cfg"]["op"] == "step" for m in msgs):
+            seen["steps"] += 1
+            if seen["steps"] == 3:
+                grid.restart(102)
+        return inner(msgs, timeout=timeout)
+
+    grid.send_and_receive = restarting
+    res = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3, rejoin_timeout=10.0), record_models=True)
+    assert any("recovered from the checkpoint of round 0" in n for n in res.privacy.notes), res.privacy.notes
+    assert np.array_equal(ref.models_history, res.models_history)
 
 
 def test_a_lost_site_that_does_not_rejoin_stops_the_run_in_bounded_time(tmp_path) -> None:
@@ -301,6 +353,48 @@ def test_site_policy_is_checked(tmp_path) -> None:
             fe.load_site_policy(p)
 
 
+def test_a_long_lived_site_worker_answers_for_the_clientapp_processes(tmp_path, monkeypatch) -> None:
+    """Each site's ``dpopt site serve`` runs a worker (here a thread per site) that keeps the rows
+    and programs between messages; the ClientApp hands every request to it over its Unix socket."""
+    import secrets
+    import threading
+
+    grid = _loopback(tmp_path, privacy="budget = 50.0")
+    workers = {}
+    for node, ctx in grid.nodes.items():
+        address, key, ready = str(tmp_path / f"w{node}.sock"), secrets.token_bytes(32), threading.Event()
+        threading.Thread(target=fe.serve_site_worker, args=(ctx.node_config[fe.NODE_CONFIG_KEY], address, key),
+                         kwargs={"ready": ready}, daemon=True, name="dpopt-site-worker").start()  # fmt: skip
+        assert ready.wait(30)
+        workers[node] = (address, key.hex())
+    where: list[str] = []
+    real_request = fe._site_request
+
+    def recording(config, request):
+        where.append(threading.current_thread().name)
+        return real_request(config, request)
+
+    monkeypatch.setattr(fe, "_site_request", recording)
+    reply = grid._reply
+
+    def via_worker(m):  # the SuperNode of node m's site was started with its worker's address and key
+        monkeypatch.setenv(fe.WORKER_ENV, workers[m.metadata.dst_node_id][0])
+        monkeypatch.setenv(fe.WORKER_KEY_ENV, workers[m.metadata.dst_node_id][1])
+        return reply(m)
+
+    grid._reply = via_worker
+    ref = _admm().run([Site(f"s{k}", loader=str(tmp_path / f"s{k}.npz")) for k in range(3)], rng=3, record_models=True)
+    res = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
+    assert np.array_equal(ref.models_history, res.models_history)
+    assert where and set(where) == {"dpopt-site-worker"}  # every request was answered by a worker
+    assert oct(os.stat(workers[100][0]).st_mode & 0o777) == "0o600"
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Client
+
+    with pytest.raises(AuthenticationError):  # a process without the site's key is refused
+        Client(workers[100][0], family="AF_UNIX", authkey=b"wrong key")
+
+
 class _Crash(Exception):
     pass
 
@@ -313,8 +407,9 @@ def test_a_crashed_coordinator_resumes_on_the_sites(tmp_path) -> None:
     run, one charge."""
     from dpopt.accounting import BasicAccountant
 
-    grid = _loopback(tmp_path / "sites", site_keys=True)
-    ref = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
+    ref = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(_loopback(tmp_path / "sites", site_keys=True), n_sites=3),
+                      record_models=True)  # fmt: skip
+    grid = _loopback(tmp_path / "sites", site_keys=True, privacy="budget = 50.0")
 
     def crash(info) -> None:
         if info.round == 2:
@@ -324,9 +419,13 @@ def test_a_crashed_coordinator_resumes_on_the_sites(tmp_path) -> None:
     with pytest.raises(_Crash):
         _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), checkpoint_dir=tmp_path / "run",
                     checkpoint_every=3, callback=crash, accountant=acc)  # fmt: skip
-    fresh = _loopback(tmp_path / "sites", site_keys=True)  # new site processes, same files and keys
+    fresh = _loopback(tmp_path / "sites", site_keys=True, privacy="budget = 50.0")  # new site processes, same files
     res = _admm().run(REMOTE, rng=None, engine=fe.FlowerEngine(fresh, n_sites=3), checkpoint_dir=tmp_path / "run",
                       resume=True, record_models=True, accountant=acc)  # fmt: skip
     assert any("rounds 1..2 replayed" in n for n in res.privacy.notes), res.privacy.notes
     assert np.array_equal(ref.models_history, res.models_history)
     assert len(acc.ledger) == 1
+    sites_ledger = Ledger("sqlite:///" + str(tmp_path / "sites" / "dpopt-site-ledger.db"))
+    for k in range(3):  # the sites charged each round once, the replayed ones included
+        assert len(sites_ledger.history(f"s{k}")) == 3
+        assert sites_ledger.spent(f"s{k}").epsilon == pytest.approx(res.node_privacy[k], rel=1e-12)

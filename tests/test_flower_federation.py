@@ -1,8 +1,13 @@
 """A real Flower federation on loopback: SuperLink + 3 SuperNodes with TLS and node authentication.
 
+The parties use dpopt's command line: each site runs ``dpopt site serve --config siteK.toml``
+(TLS root certificate, node key, loader, budget cap and ledger in its ``site.toml``) and the
+coordinator ``dpopt admm run --federation fed --job ... --output ...`` to completion.
+
 Slow (Flower starts a process per message; minutes on a loaded 2-core machine) and needs the
 ``flower`` extra: skipped without ``flwr``.  Every wait has a time limit and every process the
-fixture starts is killed (by process group) at teardown.
+fixture starts is killed (by process group) at teardown.  With ``DPOPT_FLOWER_TIMINGS=path`` the
+run's timings are also written to ``path`` (``benchmarks/bench_flower_job.py --flower``).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -36,6 +42,7 @@ BIN = Path(sys.executable).parent
 SRC = Path(__file__).resolve().parents[1] / "src"
 N_SITES = 3
 ROUNDS = 3
+BUDGET = 5.0  # each site's per-node cap (the run's plan: P(T) = 0.38)
 
 LOADER = '''
 import os
@@ -60,7 +67,7 @@ def make_admm():
 
 def job():
     sites = [Site(f"site{{k}}", loader="held-by-the-site") for k in range(3)]
-    return make_admm(), sites, {{"rng": 3, "record_models": True, "timeout": 300.0}}
+    return make_admm(), sites, {{"rng": 3, "record_models": True, "timeout": 60.0, "rejoin_timeout": 120.0}}
 '''
 
 
@@ -162,6 +169,17 @@ class Federation:
             raise RuntimeError(f"flwr {' '.join(args)} failed: {text[-2000:]}")
         return text
 
+    def serve_site(self, k: int, name: str = "") -> None:
+        """``dpopt site serve --config siteK.toml`` (its own process group)."""
+        self.start(name or f"site{k}", [sys.executable, "-m", "dpopt", "site", "serve", "--config",
+                                        str(self.root / f"site{k}.toml")],
+                   DPOPT_TEST_SITE=f"site{k}", DPOPT_FLOWER_TIMING="1")  # fmt: skip
+
+    def kill(self, name: str) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.procs[name].pid, signal.SIGKILL)
+        self.procs[name].wait(timeout=30)
+
     def log(self, name: str) -> str:
         return (self.root / f"{name}.log").read_text(errors="replace")
 
@@ -187,10 +205,6 @@ def federation(tmp_path_factory):
         (root / "flower_test_job.py").write_text(JOB.format(rounds=ROUNDS))
         for k, rows in enumerate(split_rows(150, N_SITES, rng=0)):
             np.savez(root / f"site{k}.npz", X=ds.X[rows], y=ds.y[rows])
-            (root / f"site{k}.toml").write_text(
-                f'[[site]]\nname = "site{k}"\nloader = "flower_test_loader:load"\n'
-                f'[site.kwargs]\nname = "site{k}"\npath = "{root / f"site{k}.npz"}"\n'
-            )
         fed.start(
             "superlink",
             [str(BIN / "flower-superlink"), "--ssl-ca-certfile", str(ca), "--ssl-certfile", str(cert),
@@ -204,17 +218,24 @@ def federation(tmp_path_factory):
         )
         for k in range(N_SITES + 1):
             priv, pub = _node_key(root, f"node{k}")
-            if k < N_SITES:  # the last one is never registered
-                fed.flwr("supernode", "register", str(pub), "fed")
-            name = f"site{k}" if k < N_SITES else "intruder"
-            fed.start(
-                name,
-                [str(BIN / "flower-supernode"), "--root-certificates", str(ca), "--superlink",
-                 f"127.0.0.1:{fed.port}", "--auth-supernode-private-key", str(priv), "--port", str(_free_port()),
-                 "--node-config", f"{fe.NODE_CONFIG_KEY}='{root / f'site{min(k, N_SITES - 1)}.toml'}'",
-                 *(["--max-retries", "3"] if k == N_SITES else [])],
-                DPOPT_TEST_SITE=f"site{min(k, N_SITES - 1)}",
-            )  # fmt: skip
+            if k == N_SITES:  # never registered: refused
+                fed.start(
+                    "intruder",
+                    [str(BIN / "flower-supernode"), "--root-certificates", str(ca), "--superlink",
+                     f"127.0.0.1:{fed.port}", "--auth-supernode-private-key", str(priv), "--port", str(_free_port()),
+                     "--node-config", f"{fe.NODE_CONFIG_KEY}='{root / 'site0.toml'}'", "--max-retries", "3"],
+                    DPOPT_TEST_SITE="site0",
+                )  # fmt: skip
+                continue
+            fed.flwr("supernode", "register", str(pub), "fed")
+            (root / f"site{k}.toml").write_text(
+                f'[supernode]\nsuperlink = "127.0.0.1:{fed.port}"\nroot_certificates = "ca.crt"\n'
+                f'private_key = "{priv.name}"\nport = {_free_port()}\n\n'
+                f'[privacy]\nbudget = {BUDGET}\nledger = "site{k}-ledger.db"\n\n'
+                f'[[site]]\nname = "site{k}"\nloader = "flower_test_loader:load"\n'
+                f'[site.kwargs]\nname = "site{k}"\npath = "{root / f"site{k}.npz"}"\n'
+            )
+            fed.serve_site(k)
         yield fed
     finally:
         fed.close()
@@ -242,14 +263,35 @@ def _local_timings(root: Path) -> dict[str, float]:
 
 
 def test_flower_run_equals_inprocess(federation) -> None:
+    """``dpopt admm run`` to completion while site1's SuperNode is killed after its first round and
+    restarted (``dpopt site serve`` again): same rounds as in-process, bit for bit; each site's
+    ledger holds its own P_i(T), with the replayed rounds charged once."""
+    from dpopt.ledger import Ledger
+
     out = federation.root / "result.npz"
-    app = fe.write_app(federation.root / "app")
-    federation.flwr("run", str(app), "fed", "--run-config", f"job='flower_test_job:job' output='{out}'")
-    deadline = time.monotonic() + 900
-    while not out.exists() and time.monotonic() < deadline:
-        assert federation.procs["superlink"].poll() is None, federation.log("superlink")[-3000:]
-        time.sleep(2)
-    assert out.exists(), federation.log("superlink")[-3000:]
+    began = time.perf_counter()
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "dpopt", "admm", "run", "--federation", "fed", "--job", "flower_test_job:job",
+         "--output", str(out), "--app-dir", str(federation.root / "app"), "--timeout", "900"],
+        env=federation.env, cwd=federation.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while "op=step" not in federation.log("site1") and time.monotonic() < deadline:
+            assert coordinator.poll() is None, coordinator.communicate()[1].decode()[-2000:]
+            time.sleep(0.5)
+        assert "op=step" in federation.log("site1"), federation.log("site1")[-3000:]
+        federation.kill("site1")  # SuperNode, SuperExec and ClientApp of site1, mid-run
+        time.sleep(5)
+        federation.serve_site(1, "site1-restarted")
+        stdout, stderr = coordinator.communicate(timeout=1000)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+            coordinator.wait(timeout=30)
+    wall = time.perf_counter() - began
+    assert coordinator.returncode == 0, (stderr.decode()[-2000:], federation.log("superlink")[-3000:])
+    assert stdout.decode().strip().endswith("result.npz")
     sys.path.insert(0, str(federation.root))
     try:
         ref = _reference()
@@ -257,12 +299,28 @@ def test_flower_run_equals_inprocess(federation) -> None:
     finally:
         sys.path.remove(str(federation.root))
     got = np.load(out)
-    timings = {"flower_run_s": float(got["seconds"]), "rounds": ROUNDS, **local}
+    logs = [federation.log(f"site{k}") for k in range(N_SITES)]
+    handler = [float(m) for text in logs for m in re.findall(r"op=(?:init|step|call) handler=([0-9.]+) s", text)]
+    age = [float(m) for text in logs for m in re.findall(r"op=clientapp-start handler=\S+ s process_age=([0-9.]+) s", text)]
+    rounds = got["message_rounds"].tolist()
+    timings = {"flower_run_s": float(got["seconds"]), "dpopt_admm_run_wall_s": wall, "rounds": ROUNDS,
+               "message_rounds": len(rounds), "message_round_s": rounds,
+               "site_handler_s_median": float(np.median(handler)), "site_process_age_at_handler_s_median": float(np.median(age)),
+               **local}  # fmt: skip
     (federation.root / "timings.json").write_text(json.dumps(timings))
+    if os.environ.get("DPOPT_FLOWER_TIMINGS"):
+        Path(os.environ["DPOPT_FLOWER_TIMINGS"]).write_text(json.dumps(timings, indent=1))
     print("timings (wall s, same job):", timings)
     assert np.array_equal(got["models"], ref.models)  # type: ignore[attr-defined]
     assert np.array_equal(got["models_history"], ref.models_history)  # type: ignore[attr-defined]
     assert float(got["epsilon"]) == ref.privacy.epsilon  # type: ignore[attr-defined]
+    assert "op=step" in federation.log("site1-restarted")  # the restarted site ran the replayed rounds
+    assert int(got["recoveries"]) >= 1
+    for k in range(N_SITES):  # each site recorded its own rounds; its figure is the coordinator's P_i(T)
+        ledger = Ledger("sqlite:///" + str(federation.root / f"site{k}-ledger.db"))
+        assert len(ledger.history(f"site{k}")) == ROUNDS
+        assert ledger.spent(f"site{k}").epsilon == pytest.approx(ref.node_privacy[k], rel=1e-12)  # type: ignore[attr-defined]
+        assert float(got["site_plans"][k]) == pytest.approx(ref.node_privacy[k], rel=1e-12)  # type: ignore[attr-defined]
 
 
 def test_unregistered_supernode_is_refused(federation) -> None:
@@ -273,7 +331,8 @@ def test_unregistered_supernode_is_refused(federation) -> None:
     log = federation.log("intruder")
     assert proc.poll() is not None and proc.returncode != 0, log[-2000:]
     assert "Connection attempt failed" in log
-    assert federation.log("superlink").count("Activated node_id") == N_SITES  # only the registered ones
+    activated = set(re.findall(r"Activated node_id=(\d+)", federation.log("superlink")))
+    assert len(activated) == N_SITES  # only the registered ones (site1's restart keeps its node id)
 
 
 def test_site_loader_refuses_outside_its_site(federation) -> None:

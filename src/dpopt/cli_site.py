@@ -38,6 +38,9 @@ from dpopt.exceptions import InvalidParameterError
 
 __all__ = ["add_site_parsers", "admm_run_command", "supernode_command"]
 
+#: A SuperNode that ran this long before failing had connected: its restarts get a new --retry-for.
+_CONNECTED_FOR = 60.0
+
 
 def _tool(name: str) -> str:
     found = shutil.which(name) or (str(Path(sys.executable).parent / name) if (Path(sys.executable).parent / name).exists() else None)
@@ -116,7 +119,48 @@ def _cmd_site_serve(args: argparse.Namespace) -> int:
         print(" ".join(cmd))
         return 0
     cmd[0] = _tool("flower-supernode")
-    return subprocess.call(cmd)  # runs until the SuperNode stops (Ctrl-C stops it)
+    env = dict(os.environ)
+    # Flower's SuperExec looks for new ClientApp tasks every second by default; a site answers a
+    # round sooner if it looks more often (a local poll, no network traffic).
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
+    private_dir = None
+    try:
+        if not args.no_worker:  # the site's long-lived worker: rows and program kept between messages
+            import secrets
+            import threading
+
+            from dpopt.distributed.flower_engine import WORKER_ENV, WORKER_KEY_ENV, serve_site_worker
+
+            private_dir = tempfile.mkdtemp(prefix="dpopt-site-")  # mode 0700
+            address = str(Path(private_dir) / "worker.sock")
+            key = secrets.token_bytes(32)
+            ready = threading.Event()
+            threading.Thread(target=serve_site_worker, args=(Path(args.config).resolve(), address, key),
+                             kwargs={"ready": ready}, daemon=True, name="dpopt-site-worker").start()  # fmt: skip
+            if not ready.wait(30):
+                raise InvalidParameterError("dpopt site serve: the site worker did not start within 30 s")
+            env[WORKER_ENV], env[WORKER_KEY_ENV] = address, key.hex()
+        deadline = time.monotonic() + args.retry_for
+        while True:
+            began = time.monotonic()
+            code = subprocess.call(cmd, env=env)  # runs until the SuperNode stops (Ctrl-C stops it)
+            if code == 0:
+                return 0
+            if time.monotonic() - began > _CONNECTED_FOR:  # it had been running: a new series of retries
+                deadline = time.monotonic() + args.retry_for
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return code
+            print(
+                f"dpopt site serve: the SuperNode stopped with an error (exit {code}; e.g. it could not connect, "
+                "or could not activate because the SuperLink keeps a killed SuperNode's registration until "
+                f"its heartbeat expires, about a minute); restarting it, for {remaining:.0f} s more at most",
+                file=sys.stderr,
+            )
+            time.sleep(min(10.0, remaining))
+    finally:
+        if private_dir is not None:
+            shutil.rmtree(private_dir, ignore_errors=True)
 
 
 def _cmd_admm_run(args: argparse.Namespace) -> int:
@@ -148,6 +192,11 @@ def add_site_parsers(sub: Any) -> None:
     q.add_argument("--config", required=True, help="the site's site.toml ([supernode] and [[site]] tables)")
     q.add_argument("--insecure", action="store_true", help="no TLS and no node key: local tests only")
     q.add_argument("--dry-run", action="store_true", help="print the SuperNode command line and exit")
+    q.add_argument("--no-worker", action="store_true",
+                   help="no long-lived site worker: every message loads the rows in its own ClientApp process")
+    q.add_argument("--retry-for", type=float, default=300.0,
+                   help="seconds to keep restarting a SuperNode that stops with an error, e.g. one that cannot "
+                        "activate after a crash while the SuperLink still holds its registration (default 300)")  # fmt: skip
     q.set_defaults(func=_cmd_site_serve)
 
     p = sub.add_parser("admm", help="run private ADMM on a Flower federation (coordinator)")

@@ -20,18 +20,28 @@ choose.  The site replaces every :class:`~dpopt.distributed.sites.Site` in a spe
 description (name, loader, kwargs from its ``site.toml``) and refuses specs naming sites it does
 not host: the coordinator cannot make a site run a loader of its choosing.
 
-A SuperNode starts a fresh ClientApp process per message (Flower's subprocess isolation), so the
-program is rebuilt from the stored spec and the last snapshot at every message (the site's rows
-are read again each round); the per-node state lives in Flower's per-run node state.
+A SuperNode starts a fresh ClientApp process per message (Flower's subprocess isolation, and
+``flwr-clientapp`` also exits after one message), so the program is rebuilt from the stored spec
+and the last snapshot at every message (the site's rows are read again each round); the per-node
+state lives in Flower's per-run node state.  A process that handles several messages (the
+in-process stand-in of the tests) reuses the program it built.  The replies to start-up and
+rounds carry the shard's snapshot and the probe's description, so checkpoints and ``describe``
+cost no message round: a run of T rounds exchanges T + 3 message rounds.
 
 Noise keys: a site whose ``site.toml`` names a key file (``[privacy] noise_key_file``, see
-:func:`load_noise_key`) draws its nodes' noise from its own key, and the coordinator's run key is
-ignored for them, so the coordinator cannot recompute (and remove) that site's noise.
+:func:`load_noise_key`) draws its nodes' noise from a key derived from its own secret and the run
+key (:func:`derive_noise_key`), so the coordinator cannot recompute (and remove) that site's noise.
 
-Limitations (not implemented): the privacy schedules (penalty, noise rates) are still chosen by the
-coordinator and sent in the spec; no per-site budget cap or per-site ledger; no site-side durable
-checkpoint of the per-node state (the coordinator's run directory holds it, as with the other
-engines); see ``docs/security.md``.
+Site privacy: each site computes its nodes' per-node bound P_i from the job's schedules and its own
+node sizes (:func:`site_round_epsilon`), reports the run's plan at start-up
+(:attr:`FlowerEngine.site_plans`), and, with a cap (``[privacy] budget``, :class:`SitePolicy`),
+records every round in its own ledger before the round's noise is drawn and refuses a run or a
+round that would exceed the cap.  A noise draw is never reused for a different release.
+
+Lost sites: a site that stops answering (or whose SuperNode restarted) is waited for, up to
+``rejoin_timeout``, and the run replays from the last checkpoint.  The per-node state of the
+checkpoints (primal vectors, which are released, and dual vectors, which the dual update computes
+from released vectors and the public θ) is held by the coordinator; see ``docs/security.md``.
 """
 
 from __future__ import annotations
@@ -57,13 +67,19 @@ __all__ = [
     "FACTORIES",
     "FlowerEngine",
     "MessageRefused",
+    "NodeStateLost",
+    "SitePolicy",
+    "derive_noise_key",
     "flower_available",
     "load_noise_key",
     "load_site_config",
+    "load_site_policy",
     "make_client_app",
     "make_server_app",
     "safe_dumps",
     "safe_loads",
+    "serve_site_worker",
+    "site_round_epsilon",
     "write_app",
 ]
 
@@ -114,6 +130,13 @@ _LOST_CODES = frozenset({3, 4, 5, 8})
 
 class MessageRefused(DPOptError, ValueError):
     """A message asked for something the receiver does not allow (a class, function or site)."""
+
+
+class NodeStateLost(MessageRefused):
+    """A round reached a SuperNode that does not hold the shard (restarted since its start-up).
+
+    The coordinator treats it as a lost site: it restarts the shards from the last checkpoint.
+    """
 
 
 def flower_available() -> bool:
@@ -236,9 +259,10 @@ def load_noise_key(path: str | Path) -> tuple[int, int] | None:
 
     The key file holds two integers; it is created from the operating system's CSPRNG (mode 0600,
     never overwritten) the first time.  A site with its own key draws the noise of its nodes from
-    it instead of the coordinator's run key, so the coordinator cannot recompute that noise; keep
-    the file as private as the data and reuse it only to resume the same run (a resumed run
-    replays the same noise).  ``None`` when the file names no key.
+    :func:`derive_noise_key` (its key and the run's key) instead of the coordinator's run key, so
+    the coordinator cannot recompute that noise; a resumed run (same run key) replays the same
+    noise and another run draws new noise.  Keep the file as private as the data.  ``None`` when
+    the file names no key.
 
     Examples
     --------
@@ -418,11 +442,15 @@ class _SiteBudget:
         mine = [r for r in hist if r.label.startswith(prefix)]
         return float(sum(r.epsilon_spent for r in mine)), {r.label for r in mine}
 
-    def check_plan(self, run: str, plan: Array) -> None:
-        """Refuse a run whose planned total on some site would exceed the cap (nothing drawn yet)."""
+    def check_plan(self, noise: str, plan: Array) -> None:
+        """Refuse a run whose planned total on some site would exceed the cap (nothing drawn yet).
+
+        ``noise`` identifies the run's noise stream: rounds already recorded with it (a resumed
+        run) are part of the plan, not of the other spending.
+        """
         for name, planned in zip(self.names, plan.tolist(), strict=True):
             total, _ = self.spent(name)
-            this_run, _ = self.spent(name, f"admm run {run} ")
+            this_run, _ = self.spent(name, f"admm noise {noise} ")
             other = total - this_run
             if not other + planned <= self.cap * (1 + 1e-9):
                 raise BudgetExceededError(
@@ -431,20 +459,30 @@ class _SiteBudget:
                     "nothing was drawn"
                 )
 
-    def charge_round(self, run: str, t: int, digest: str, inc: Array) -> None:
+    def charge_round(self, noise: str, t: int, digest: str, inc: Array) -> None:
         """Record round ``t`` (0-based) for every hosted site before its noise is drawn.
 
-        A round already recorded with the same digest (same run, state and inputs: a replay that
-        releases the same values with the same noise) is not charged again.
+        ``noise`` identifies the noise stream (key and nodes) and ``digest`` everything else the
+        round's release depends on (job, rows, state, received vectors).  A round already recorded
+        with the same digest (a replay: the same values with the same noise) is not charged again;
+        a round whose noise was already used with a different digest is refused, since releasing
+        two different values with the same noise would reveal their difference exactly.
         """
         from dpopt.accounting import EpsilonDeltaEvent
 
-        label = f"admm run {run} round {t + 1} ({digest})"
+        prefix = f"admm noise {noise} round {t + 1} "
+        label = f"{prefix}({digest})"
         todo = []
         for name, eps in zip(self.names, inc.tolist(), strict=True):
-            _, labels = self.spent(name, f"admm run {run} round {t + 1} ")
+            _, labels = self.spent(name, prefix)
             if label in labels:
                 continue
+            if labels:
+                raise MessageRefused(
+                    f"site {name}: refuses round {t + 1}: its noise was already used for a different release "
+                    "(another job, other rows, or another state or inputs with the same noise key); a noise "
+                    "draw is never reused.  Start a new run (a new run key)"
+                )
             total, _ = self.spent(name)
             if not total + eps <= self.cap * (1 + 1e-9):
                 raise BudgetExceededError(
@@ -482,6 +520,19 @@ def _check_pinned_bound(policy: SitePolicy, spec: Any, program: Any) -> tuple[fl
                 "rows in the loader"
             )
     return max(c1, float(base.c1)), max(g, float(base.lipschitz))
+
+
+def derive_noise_key(site_key: tuple[int, int], run_key: tuple[int, int]) -> tuple[int, int]:
+    """The noise key of a site's nodes in one run: SHA-256 of the site's secret and the run's key.
+
+    The coordinator knows the run key but not the site's secret, so it cannot recompute the noise;
+    a resumed run (same run key, kept in the coordinator's run directory) gets the same noise, and
+    another run another noise, so one key file serves every run of the site.
+    """
+    import hashlib
+
+    h = hashlib.sha256(f"dpopt-site-noise|{site_key[0]}|{site_key[1]}|{run_key[0]}|{run_key[1]}".encode()).digest()
+    return int.from_bytes(h[:8], "big") >> 1, int.from_bytes(h[8:16], "big") >> 1
 
 
 def _localize_sites(spec: Any, local: Mapping[str, Site]) -> Any:
@@ -558,7 +609,7 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         spec = _localize_sites(spec, local)
         base = getattr(spec, "base", None)
         if key_ is not None and base is not None and hasattr(base, "key"):
-            spec = dataclasses.replace(spec, base=dataclasses.replace(base, key=key_))
+            spec = dataclasses.replace(spec, base=dataclasses.replace(base, key=derive_noise_key(key_, base.key)))
         return spec
 
     if op == "hello":
@@ -573,23 +624,27 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         factory = _factory(str(cfg["factory"]))
         init_state = safe_loads(bytes(cfg["state"])) if cfg.get("state") else None
         program = factory(spec)
-        run = _digest(bytes(cfg["spec"]), key_)
+        run = _digest(bytes(cfg["spec"]))
+        noise = ""
         plan: dict[str, float] = {}
         base = getattr(spec, "base", None)
         if base is not None and hasattr(base, "penalty"):
             c1, g = _check_pinned_bound(policy, spec, program)
             inc = site_round_epsilon(base, program.program.sizes, c1=c1, lipschitz=g)
             plan = {s.name: float(v) for s, v in zip(spec.sites, inc.sum(axis=0).tolist(), strict=True)}
+            noise = _digest("noise", base.key, base.nodes)
+            run = _digest(run, *[a for pair in program.program.spec.data for a in pair])  # job and rows
             if policy.budget is not None:
-                _SiteBudget(policy, [s.name for s in spec.sites]).check_plan(run, inc.sum(axis=0))
+                _SiteBudget(policy, [s.name for s in spec.sites]).check_plan(noise, inc.sum(axis=0))
         out = program.initial_output() if init_state is None else program.call("restore", init_state)
         snap = _snapshot(program)
         state[key] = {"spec": bytes(cfg["spec"]), "factory": str(cfg["factory"]), "snap": snap,
-                      "epoch": epoch, "run": run}  # fmt: skip
+                      "epoch": epoch, "run": run, "noise": noise}  # fmt: skip
         _PROGRAMS[(run, shard, epoch)] = (program, _digest(safe_dumps(snap)))
-        return np.asarray(out), plan
+        described = program.call("describe") if base is None and hasattr(program, "spec") else None
+        return np.asarray(out), {"plan": plan, "describe": described}
     if key not in state:
-        raise MessageRefused(f"shard {shard} was not started on this node")
+        raise NodeStateLost(f"shard {shard} was not started on this node (restarted since the start-up?)")
     held = state[key]
     if epoch != int(held.get("epoch", 0)):
         raise MessageRefused(f"shard {shard}: a message of another launch was refused")
@@ -610,7 +665,7 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
             inc = site_round_epsilon(spec.base, program.program.sizes, c1=c1, lipschitz=g)
             if t < inc.shape[0]:
                 digest = _digest(run, t, snap_digest, *inputs)
-                _SiteBudget(policy, [s.name for s in spec.sites]).charge_round(run, t, digest, inc[t])
+                _SiteBudget(policy, [s.name for s in spec.sites]).charge_round(str(held["noise"]), t, digest, inc[t])
         out, diag = program.step(t, inputs)
         held["snap"] = _snapshot(program)
         _PROGRAMS[(run, shard, epoch)] = (program, _digest(safe_dumps(held["snap"])))
@@ -633,6 +688,102 @@ def _error_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _process_age() -> float:
+    """Seconds since this process started (Linux; NaN elsewhere)."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as fh:
+            start_ticks = float(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def _log_timing(op: str, seconds: float) -> None:
+    """With ``DPOPT_FLOWER_TIMING`` set: one line on this site's stderr (never sent to the coordinator)."""
+    import os
+    import sys
+
+    if os.environ.get("DPOPT_FLOWER_TIMING"):
+        print(f"[dpopt site] op={op} handler={seconds:.3f} s process_age={_process_age():.3f} s", file=sys.stderr)
+
+
+#: Set by ``dpopt site serve`` for its SuperNode: the Unix socket of the site's long-lived worker
+#: and the key that authenticates the ClientApp processes to it (see :func:`serve_site_worker`).
+WORKER_ENV = "DPOPT_SITE_WORKER"
+WORKER_KEY_ENV = "DPOPT_SITE_WORKER_KEY"
+
+
+def _site_request(config: str, request: Any) -> tuple[str, Any, Any, Any]:
+    """One request ``(op, cfg, inputs, state)`` on this site: ("ok", out, value, state) or ("error", reason)."""
+    op, cfg, inputs, state = request
+    began = time.perf_counter()
+    try:
+        out, value = handle_site_message(str(op), cfg, inputs, state, load_site_config(config),
+                                         policy=load_site_policy(config))  # fmt: skip
+    except DPOptError as exc:
+        return "error", _error_reason(exc), None, None
+    _log_timing(str(op), time.perf_counter() - began)
+    return "ok", out, value, state
+
+
+def serve_site_worker(config: str | Path, address: str, authkey: bytes, *, ready: Any = None) -> None:
+    """Answer this site's ClientApp requests in one long-lived process (``dpopt site serve`` runs it).
+
+    Flower starts a new ClientApp process for every message; without a worker each of them imports
+    the numerical stack, reads the site's rows and rebuilds the shard program.  The worker keeps
+    them: a ClientApp process hands its request to the worker over a Unix socket (mode 0600, in a
+    private directory, HMAC-authenticated with ``authkey``) and returns the answer.  Requests and
+    answers are encoded with :func:`safe_dumps` and decoded with :func:`safe_loads` (no pickle of
+    arbitrary objects); the node state still lives in Flower's node state, sent with each request.
+    Runs until the process exits; ``ready`` (a ``threading.Event``) is set once it listens.
+    """
+    import os
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Listener
+
+    with Listener(address, family="AF_UNIX", authkey=authkey) as listener:
+        os.chmod(address, 0o600)
+        if ready is not None:
+            ready.set()
+        while True:
+            try:
+                conn = listener.accept()
+            except (AuthenticationError, OSError, EOFError):
+                continue
+            with conn:
+                try:
+                    reply: Any = _site_request(str(config), safe_loads(conn.recv_bytes()))
+                except Exception as exc:  # an unexpected failure is the ClientApp's error, not the worker's end
+                    reply = ("crash", f"{type(exc).__name__}: {exc}", None, None)
+                try:
+                    conn.send_bytes(safe_dumps(reply))
+                except (OSError, EOFError):
+                    continue
+
+
+def _ask_worker(request: Any) -> tuple[str, Any, Any, Any] | None:
+    """The site worker's answer, or None when no worker is configured or reachable."""
+    import os
+    from multiprocessing.connection import Client
+
+    address = os.environ.get(WORKER_ENV)
+    if not address or not os.path.exists(address):
+        return None
+    try:
+        with Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ.get(WORKER_KEY_ENV, ""))) as conn:
+            conn.send_bytes(safe_dumps(request))
+            reply: tuple[str, Any, Any, Any] = safe_loads(conn.recv_bytes())
+    except (OSError, EOFError, ValueError):
+        return None
+    if reply[0] == "crash":
+        raise RuntimeError(f"site worker: {reply[1]}")
+    return reply
+
+
 def client_reply(msg: Any, context: Any) -> Any:  # pragma: no cover - runs in Flower's ClientApp processes
     """The ClientApp's handler: one coordinator request (a Flower ``Message``) on this site.
 
@@ -645,18 +796,24 @@ def client_reply(msg: Any, context: Any) -> Any:  # pragma: no cover - runs in F
     path = context.node_config.get(NODE_CONFIG_KEY)
     if not path:
         raise InvalidParameterError(f"SuperNode started without --node-config \"{NODE_CONFIG_KEY}='site.toml'\"")
-    local = load_site_config(str(path))
-    cfg = dict(msg.content["cfg"])
+    cfg = {k: (bytes(v) if isinstance(v, bytes) else v) for k, v in dict(msg.content["cfg"]).items()}
     arrays = msg.content.array_records.get("inputs")
     inputs = [] if arrays is None else [arrays[str(k)].numpy() for k in range(int(cfg.get("n_inputs", 0)))]
     held = context.state.config_records.get("dpopt")
     state: dict[str, Any] = safe_loads(bytes(held["state"])) if held is not None else {}
-    try:
-        out, value = handle_site_message(str(cfg["op"]), cfg, inputs, state, local, policy=load_site_policy(str(path)))
-    except DPOptError as exc:
-        return Message(Error(code=_APP_ERROR, reason=_error_reason(exc)), reply_to=msg)
+    request = (str(cfg["op"]), cfg, inputs, state)
+    _log_timing("clientapp-start", 0.0)  # this ClientApp process's age: Flower's start-up of it
+    answer = _ask_worker(request)
+    status, out, value, new_state = answer if answer is not None else _site_request(str(path), request)
+    if status != "ok":
+        return Message(Error(code=_APP_ERROR, reason=str(out)), reply_to=msg)
+    state = new_state
     context.state["dpopt"] = ConfigRecord({"state": safe_dumps(state)})
-    content = RecordDict({"reply": ConfigRecord({"value": safe_dumps(value), "tag": int(cfg.get("tag", -1))})})
+    reply: dict[str, Any] = {"value": safe_dumps(value), "tag": int(cfg.get("tag", -1))}
+    shard_state = state.get(f"shard{int(cfg['shard'])}") if "shard" in cfg else None
+    if out is not None and shard_state is not None and shard_state.get("snap") is not None:
+        reply["snap"] = safe_dumps(shard_state["snap"])  # a function of released vectors (saves a message round)
+    content = RecordDict({"reply": ConfigRecord(reply)})
     if out is not None:
         content["out"] = ArrayRecord({"out": FArray(np.ascontiguousarray(out))})
     return Message(content, reply_to=msg)
@@ -736,6 +893,9 @@ class FlowerEngine(Engine):
         self._epoch = 0
         self._lost: list[int] = []
         self.site_plans: dict[str, float] = {}
+        self.message_rounds: list[tuple[str, float]] = []
+        self._snaps: list[bytes | None] = []
+        self._described: list[Any] | None = None
         self.default_shards = 1
 
     # -- messaging
@@ -765,8 +925,8 @@ class FlowerEngine(Engine):
         for r in replies:
             if r.has_error():  # no content: attribute it by the replying node
                 k = by_node.get(r.metadata.src_node_id, order[0])
-                if int(r.error.code) in _LOST_CODES or partial:
-                    continue  # the node or its reply is gone: treated as a missing reply
+                if int(r.error.code) in _LOST_CODES or partial or r.error.reason.startswith(NodeStateLost.__name__):
+                    continue  # the node, its state or its reply is gone: treated as a missing reply
                 raise EngineError(
                     f"flower engine: {self._label(k)} failed during {what}: {_clean_reason(r.error.reason)}",
                     shard=k, round=self._round, crashed=False,
@@ -784,6 +944,10 @@ class FlowerEngine(Engine):
             )
         if what not in ("start-up", "hello"):
             self._observe(time.monotonic() - began)
+        self.message_rounds.append((what, time.monotonic() - began))
+        for k, c in got.items():
+            if "snap" in c["reply"] and k < len(self._snaps):
+                self._snaps[k] = bytes(c["reply"]["snap"])
         return got
 
     def _label(self, k: int) -> str:
@@ -868,6 +1032,8 @@ class FlowerEngine(Engine):
                     shard=s, crashed=False,
                 )  # fmt: skip
             self._shard_node.append(next(iter(hosts)))  # type: ignore[arg-type]
+        self._snaps = [None] * len(self._specs)
+        self._described = None
         reqs: dict[int, tuple[int, dict[str, Any], list[Array]]] = {
             s: (
                 self._shard_node[s],
@@ -879,10 +1045,14 @@ class FlowerEngine(Engine):
         }  # fmt: skip
         got = self._send(reqs, "start-up")
         self._outputs = [self._out(got[s]) for s in range(self.n_shards)]
+        described = []
         for s in range(self.n_shards):
-            plan = self._value(got[s])
-            if isinstance(plan, dict):
-                self.site_plans.update({str(k): float(v) for k, v in plan.items()})
+            value = self._value(got[s])
+            if isinstance(value, dict):
+                self.site_plans.update({str(k): float(v) for k, v in value.get("plan", {}).items()})
+                described.append(value.get("describe"))
+        if described and all(d is not None for d in described):
+            self._described = described  # the probe's answer to "describe", sent with its start-up
 
     def step(self, t: int) -> list[Any]:
         self._round = t
@@ -895,6 +1065,10 @@ class FlowerEngine(Engine):
         return [self._value(got[s]) for s in range(self.n_shards)]
 
     def call(self, name: str, *args: Any) -> list[Any]:
+        if name == "snapshot" and not args and self._snaps and all(b is not None for b in self._snaps):
+            return [safe_loads(b) for b in self._snaps if b is not None]  # sent with the last replies
+        if name == "describe" and not args and self._described is not None:
+            return list(self._described)
         reqs: dict[int, tuple[int, dict[str, Any], list[Array]]] = {
             s: (self._shard_node[s], {"op": "call", "shard": s, "name": name, "args": safe_dumps(args)}, [])
             for s in range(self.n_shards)
@@ -945,6 +1119,9 @@ def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp p
             seconds=seconds,
             site_names=np.array([s.name for s in sites]),
             site_plans=np.array([engine.site_plans.get(s.name, np.nan) for s in sites]),
+            message_rounds=np.array([sec for _, sec in engine.message_rounds]),
+            recoveries=int(result.parameters.get("recoveries", 0)),
+            notes=np.array(list(result.privacy.notes)),
         )
         tmp.replace(out)
 
