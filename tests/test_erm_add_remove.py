@@ -35,6 +35,11 @@ def test_auto_is_add_remove_dp_sgd_with_size_free_calibration() -> None:
     # everything the release's distribution is calibrated with is the same for both neighbours
     # (a planted use of the data's n would change the rate, the steps or σ)
     assert a.nit == b.nit == round(20 * 400 / 20)
+    # the add/remove default averages the last half of the iterates when the noise dominates
+    from dpopt.solvers.gradient import SUFFIX_AVERAGE_MULTIPLIER
+
+    noisy = a.parameters["noise_multiplier"] >= SUFFIX_AVERAGE_MULTIPLIER
+    assert a.parameters["average"] == ("suffix" if noisy else "none")
     for key in ("sampling_rate", "noise_scales", "batch_size", "step_first", "iterations"):
         assert a.parameters[key] == b.parameters[key], key
 
@@ -92,3 +97,22 @@ def test_logistic_estimator_under_add_remove() -> None:
     assert clone(est).get_params()["declared_size"] == 400
     with pytest.raises(DPOptError, match="declared_size"):
         DPLogisticRegression(epsilon=1.0, feature_norm=1.0, rng=0, neighbouring="add_remove").fit(X, y)
+
+
+def test_suffix_average_is_the_mean_of_the_last_half_and_auto_follows_the_noise_multiplier() -> None:
+    from dpopt.solvers.gradient import SUFFIX_AVERAGE_MULTIPLIER, dp_gd
+
+    X, y, _, _ = _task(1)
+    path: list[np.ndarray] = []
+    kw = {"budget": Budget(1.0, 1e-5), "iterations": 9, "step": 0.5}  # full batch: a cheap calibration
+    res = dp_gd(PROB, X, y, rng=3, average="suffix", callback=lambda info: path.append(info.x.copy()), **kw)
+    assert res.parameters["average"] == "suffix" and res.parameters["averaged_iterates"] == 4
+    assert np.allclose(res.solution, np.mean(path[5:], axis=0))
+    last = dp_gd(PROB, X, y, rng=3, **kw)  # the default: the last iterate, the same noise draws
+    assert np.array_equal(last.solution, path[-1]) and last.parameters["average"] == "none"
+    # "auto": suffix averaging exactly when the (public) per-step noise multiplier is large
+    for eps in (0.02, 5.0):
+        r = dp_gd(PROB, X, y, rng=3, **{**kw, "budget": Budget(eps, 1e-5)}, average="auto")
+        noisy = r.parameters["noise_multiplier"] >= SUFFIX_AVERAGE_MULTIPLIER
+        assert r.parameters["average"] == ("suffix" if noisy else "none"), eps
+        assert noisy == (eps == 0.02)

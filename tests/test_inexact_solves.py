@@ -160,6 +160,8 @@ def test_the_solvers_own_claim_is_not_trusted(monkeypatch):
         return project(x0), 1, 0.0, True
 
     monkeypatch.setattr(op_module, "fista", lying_fista)
+    # the unconstrained solves start from an L-BFGS point; planted here as a start that is far off
+    monkeypatch.setattr(op_module, "_lbfgs_warm_start", lambda fun, grad_fn, x0, tol, its: (x0 + 1.0, 1))
     _no_fallback(monkeypatch)
     X, y = _data()
     for method, probs in PROBLEMS.items():

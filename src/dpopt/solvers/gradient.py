@@ -667,6 +667,7 @@ def dp_gd(
     sampling_rate: float | None = None,
     step: str | float = "inv_sqrt",
     step_scale: float = 1.0,
+    average: Literal["none", "suffix", "auto"] = "none",
     clip: float | None = 2.0,
     clip_norm: ClipNorm = "auto",
     noise: str = "auto",
@@ -689,6 +690,12 @@ def dp_gd(
         ``"inverse_L"``: ``α = 1/L``; a float: that constant step.
     step_scale : float, default 1.0
         Multiplier of the ``1/√t`` schedule.
+    average : {"none", "suffix", "auto"}, default "none"
+        Output: ``"none"`` the last iterate; ``"suffix"`` the average of the last ⌊T/2⌋ iterates
+        (suffix averaging, Rakhlin-Shamir-Sridharan 2012, Shamir-Zhang 2013: it averages out the
+        injected noise; post-processing); ``"auto"`` suffix averaging when the per-step noise
+        multiplier σ/Δ (public, fixed by the plan) is at least ``SUFFIX_AVERAGE_MULTIPLIER``, the last
+        iterate otherwise.  ``minimize(..., neighbouring="add_remove")`` uses ``"auto"``.
 
     Notes
     -----
@@ -722,17 +729,37 @@ def dp_gd(
         alphas = np.full(T, 1.0 / ctx.L)
     else:
         alphas = np.full(T, _step_value(step))
+    if average not in ("none", "suffix", "auto"):
+        raise InvalidParameterError("average: must be 'none', 'suffix' or 'auto'")
+    plan = ctx.plan
+    assert plan is not None
+    multiplier = float(plan.step_scales[0]) / plan.sensitivity if plan.private else 0.0
+    use_avg = average == "suffix" or (average == "auto" and multiplier >= SUFFIX_AVERAGE_MULTIPLIER)
+    start = T - T // 2 if use_avg else T  # iterates x_{start+1}, ..., x_T are averaged
     x = ctx.project(_x0(x0, ctx.d))
+    acc, count = np.zeros_like(x), 0
     for t in range(T):
         x = ctx.project(x - alphas[t] * ctx.gradient(x, t))
+        if t >= start:
+            acc += x
+            count += 1
         if ctx.notify(callback, t + 1, x):
             break
+    out = acc / count if count else x  # a convex combination of points of the set stays in it
     return _finish(
-        ctx, x, T=T, method=_method_name("dp_gd", ctx),
+        ctx, out, T=T, method=_method_name("dp_gd", ctx),
         params={"step": step if isinstance(step, str) else "constant", "step_first": float(alphas[0]),
-                "step_last": float(alphas[-1])},
+                "step_last": float(alphas[-1]), "average": "suffix" if count else "none",
+                "averaged_iterates": count, "noise_multiplier": multiplier},
         message=f"ran the planned T={T} noisy gradient steps", diagnostics=diagnostics,
     )  # fmt: skip
+
+
+#: ``dp_gd(average="auto")`` averages the last half of the iterates from this per-step noise
+#: multiplier σ/Δ on.  Chosen on a validation split of Adult's *training* set (70/30, 3 seeds,
+#: add/remove DP-SGD defaults): at multiplier 15.5 (ε = 0.1) the suffix average gained 0.012 accuracy
+#: (0.807 vs 0.795), at 2.8 / 1.6 / 0.7 (ε = 0.5 / 1 / 5) it lost 0.001-0.0015; 6 lies between.
+SUFFIX_AVERAGE_MULTIPLIER = 6.0
 
 
 def _momentum_default(kappa: float, squared: bool) -> float:

@@ -501,6 +501,8 @@ def _add_remove_options(
         except (DPOptError, IndexError, TypeError):
             L = 0.0
         options["step"] = 1.0 / (4.0 * L) if L > 0 and math.isfinite(L) else 1.0
+    if name in ("dp_gd", "dp_sgd"):  # average the last half of the iterates when the noise dominates
+        options.setdefault("average", "auto")
     if "clip" not in options:
         try:  # clip at the declared per-example gradient bound when the bounds give one
             problem.derivative_bound(int(np.shape(X)[1]))
