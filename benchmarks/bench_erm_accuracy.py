@@ -8,13 +8,19 @@ Three tasks (issue 13):
   rows l2 <= 1), logistic regression, test accuracy (the seed varies the noise only);
 * ``sparse_lasso``: X ~ U[-1,1]^{5000x500}, 5 non-zeros of ±0.2, y = Xw* + N(0, 0.1²) clipped to
   [-1, 1], 70/30 split, least squares over the l1 ball of radius 1, declared |x_ij| <= 1, |y| <= 1,
-  test MSE.
+  test MSE;
+* ``linear_regression``: the same data as ``sparse_lasso`` (the same splits), least squares over the
+  l2 ball of radius 1 (:class:`~dpopt.estimators.DPLinearRegression`'s default ``max_norm``),
+  declared |x_ij| <= 1 (``norm="linf"``), |y| <= 1, no intercept, test MSE.
 
 Competitors (all at the same ε, δ; labels ±1; an intercept as a constant column 0.5 for the
 logistic tasks, as :class:`~dpopt.estimators.DPLogisticRegression` does):
 
-* ``default``: :class:`~dpopt.estimators.DPLogisticRegression` with its defaults (logistic) or
-  ``minimize(problem, X, y, budget=..., rng=...)`` with ``method="auto"`` (LASSO); replace-one;
+* ``default``: :class:`~dpopt.estimators.DPLogisticRegression` with its defaults (logistic),
+  ``minimize(problem, X, y, budget=..., rng=...)`` with ``method="auto"`` (LASSO) or
+  :class:`~dpopt.estimators.DPLinearRegression` with its defaults (``fit_intercept=False``; linear
+  regression); replace-one;
+* ``zero`` (regression tasks): the zero predictor, the trivial baseline;
 * ``<method>``: ``minimize(..., method=<method>)`` with its defaults, for every registered method
   (``--methods`` restricts; a refusal is recorded as such);
 * ``dpsgd_ar`` / ``dpsgd_ro``: textbook DP-SGD written here (clip 1, Poisson sampling at rate
@@ -113,11 +119,13 @@ TASKS: dict[str, Callable[[int], tuple[np.ndarray, ...]]] = {
     "breast_cancer": breast_cancer,
     "adult": adult,
     "sparse_lasso": sparse_lasso,
+    "linear_regression": sparse_lasso,  # the same data, least squares over the l2 ball
 }
 
 
 def _is_lasso(task: str) -> bool:
-    return task == "sparse_lasso"
+    """A regression task (squared loss, test MSE, no intercept column)."""
+    return task in ("sparse_lasso", "linear_regression")
 
 
 def _score(task: str, theta: np.ndarray, Xte: np.ndarray, yte: np.ndarray) -> float:
@@ -127,6 +135,8 @@ def _score(task: str, theta: np.ndarray, Xte: np.ndarray, yte: np.ndarray) -> fl
 
 
 def _problem(task: str, name: str, dim: int) -> ERMProblem:
+    if task == "linear_regression":
+        return ERMProblem("squared", DataBounds(1.0, "linf", 1.0), L2Ball(dim, 1.0))
     if _is_lasso(task):
         return ERMProblem("squared", DataBounds(1.0, "linf", 1.0), L1Ball(dim, 1.0))
     spec = method_spec(name)
@@ -141,6 +151,18 @@ def fit_default(
     task: str, eps: float, delta: float, seed: int, data: tuple[np.ndarray, ...]
 ) -> dict[str, Any]:
     Xtr, ytr, Xte, yte = data
+    if task == "linear_regression":
+        from dpopt.estimators import DPLinearRegression
+
+        lin = DPLinearRegression(
+            epsilon=eps, delta=delta, feature_norm=1.0, norm="linf", label_bound=1.0, fit_intercept=False,
+            rng=seed,
+        ).fit(Xtr, ytr)  # fmt: skip
+        return {
+            "metric": float(np.mean((lin.predict(Xte) - yte) ** 2)),
+            "solver": lin.solver_,
+            "eps_spent": lin.privacy_spent_.epsilon,
+        }
     if _is_lasso(task):
         res = minimize(_problem(task, "auto", Xtr.shape[1]), Xtr, ytr, budget=Budget(eps, delta), rng=seed)
         return {
@@ -243,10 +265,12 @@ def fit_dpsgd(
         G *= (1.0 / np.maximum(1.0, norms))[:, None]
         g = (G.sum(axis=0) + rng.normal(0.0, sigma, d)) / expected
         theta -= 1.0 * g
-        if _is_lasso(task):  # the textbook method is unconstrained; the LASSO task declares the l1 ball
+        if task == "sparse_lasso":  # the textbook method is unconstrained; the LASSO task declares the l1 ball
             from dpopt.problems import project_l1_ball
 
             theta = project_l1_ball(theta, 1.0)
+        elif task == "linear_regression":  # ... and this one the l2 ball of radius 1
+            theta *= min(1.0, 1.0 / max(float(np.linalg.norm(theta)), 1e-300))
     return {"metric": _score(task, theta, Xte, yte), "solver": f"dpsgd_{relation}", "sigma": sigma}
 
 
@@ -262,7 +286,7 @@ out = []
 for item in job:
     z = np.load(item["file"])
     Xtr, ytr, Xte, yte = z["Xtr"], z["ytr"], z["Xte"], z["yte"]
-    if item["task"] == "sparse_lasso":
+    if item["task"] in ("sparse_lasso", "linear_regression"):
         m = LinearRegression(epsilon=item["eps"], bounds_X=(-1.0, 1.0), bounds_y=(-1.0, 1.0),
                              random_state=item["seed"]).fit(Xtr, ytr)
         metric = float(np.mean((m.predict(Xte) - yte) ** 2))
@@ -321,8 +345,12 @@ def plan(args: argparse.Namespace) -> Iterator[tuple[str, str, float, float, int
         for eps in args.epsilons:
             for seed in range(args.seeds):
                 yield task, "default", eps, DELTA, seed
-                if not _is_lasso(task):
+                if task != "sparse_lasso":
                     yield task, "default", eps, 0.0, seed
+                if _is_lasso(task):
+                    yield task, "zero", eps, DELTA, seed
+                if task == "linear_regression":  # the trivial baseline of the pure-ε comparison too
+                    yield task, "zero", eps, 0.0, seed
                 yield task, "dpsgd_ar", eps, DELTA, seed
                 if not _is_lasso(task):
                     yield task, "default_ar", eps, DELTA, seed
@@ -362,6 +390,8 @@ def run(args: argparse.Namespace) -> None:
                         warnings.simplefilter("ignore")
                         if comp == "default":
                             rec.update(fit_default(task, eps, delta, seed, data))
+                        elif comp == "zero":
+                            rec.update({"metric": float(np.mean(data[3] ** 2)), "solver": "zero"})
                         elif comp == "default_ar":
                             rec.update(fit_default_add_remove(task, eps, delta, seed, data))
                         elif comp.startswith("dpsgd_"):
