@@ -102,8 +102,7 @@ def _strategy(args: argparse.Namespace) -> int:
     console = Console(width=160)
     for n in args.n:
         for name in args.workloads:
-            W = makers[name](n)
-            W.gram()
+            W = makers[name](n)  # optimize_strategy forms the Gram matrix only where it needs it
             for method, tol in [(m, t) for m in methods for t in args.tol]:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

@@ -450,3 +450,85 @@ def test_tol_1e7_certifies_a_1e7_gap_on_the_structured_path(make):
     assert tight.lower_bound <= obj
     default = optimize_strategy(W)
     assert tight.objective <= default.objective * (1 + 1e-12)
+
+
+def test_identical_columns_are_solved_once_and_certified():
+    # 12 random ranges on 200 cells: at most 25 distinct columns (the cells between endpoints)
+    W = wl.random_ranges(12, 200, rng=4)
+    from dpopt.linear_queries.strategy import _column_classes
+
+    V = W.gram()
+    support = np.flatnonzero(np.diag(V) > 0)
+    reps, classes = _column_classes(V, support)
+    M = W.matrix()
+    np.testing.assert_array_equal(M[:, support], M[:, reps][:, classes])  # same columns, exactly
+    assert reps.size < 30
+    res = optimize_strategy(W)
+    assert res.params["structure"] == f"{reps.size} classes of identical columns"
+    assert res.converged and 0.0 <= res.gap <= 1e-4 and res.strategy.shape[1] == 200
+    obj, bias = strategy_error(res.strategy, V)  # independent evaluation on the full domain
+    assert obj == pytest.approx(res.objective, rel=1e-8) and bias < 1e-10
+    # the certificate holds for the full problem: no full-domain strategy beats it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        newton = optimize_strategy(W, method="newton", tol=1e-6)  # dense, no reduction
+    assert "structure" not in newton.params
+    assert res.lower_bound <= newton.objective and newton.lower_bound <= res.objective
+    # rows that differ in one entry are not merged (a planted near-duplicate is refuted)
+    lo, hi = np.array([0, 0]), np.array([4, 5])
+    near = wl.ranges(lo, hi, 8)
+    r2, c2 = _column_classes(near.gram(), np.flatnonzero(np.diag(near.gram()) > 0))
+    assert r2.tolist() == [0, 5] and c2.tolist() == [0, 0, 0, 0, 0, 1]
+
+
+@pytest.mark.slow
+def test_structured_path_never_forms_the_gram_matrix():
+    W = wl.prefix(2100)  # above _VERIFY_LIMIT: the tridiagonal path runs without V
+    res = optimize_strategy(W)
+    assert W._gram_cache is None
+    assert res.converged and res.gap <= 1e-4 and res.strategy.shape == (2100, 2100)
+    assert res.workload_fingerprint == wl.prefix(2100).fingerprint()
+    # the block-wise fingerprint hashes exactly the bytes of the dense Gram matrix
+    import hashlib
+
+    h = hashlib.sha256(b"2100x2100")
+    h.update(np.ascontiguousarray(W.gram()).tobytes())
+    assert res.workload_fingerprint == h.hexdigest()
+
+
+def test_factor_certificate_is_below_the_exact_bound_and_tight():
+    from dpopt.linear_queries.strategy import factor_dual_bound
+
+    rng = np.random.default_rng(5)
+    F = wl.random_ranges(40, 120, rng=1).matrix()  # rank-deficient: 40 rows, 120 cells
+    V = F.T @ F
+    for y in (np.ones(120), rng.uniform(1e-6, 30.0, 120)):
+        s = np.sqrt(y)
+        exact = np.sum(np.linalg.svd(F * s, compute_uv=False)) ** 2 / y.sum()
+        cert = factor_dual_bound(F, y)
+        assert cert <= exact and (exact - cert) / exact < 1e-9
+        assert cert >= dual_lower_bound(V, y) * (1 - 1e-12)  # never worse than the dense one here
+        assert factor_dual_bound(F * (1 + 1e-7), y) > exact  # a planted (larger) workload is refuted
+    with pytest.raises(InvalidParameterError):
+        factor_dual_bound(F, np.zeros(120))
+
+
+@pytest.mark.parametrize("make", [wl.prefix, wl.all_range])
+def test_tridiagonal_certificate_relative_allowance(make):
+    from dpopt.linear_queries.strategy import _gram_norm_bound, _tridiagonal_inverse, tridiagonal_dual_bound
+
+    n = 400
+    W = make(n)
+    V = W.gram()
+    norm = _gram_norm_bound(W, n)
+    assert np.linalg.norm(V, 2) <= norm <= np.abs(V).sum(axis=1).max() * (1 + 1e-12)
+    d, e = _tridiagonal_inverse(W, n)
+    y = np.exp(np.random.default_rng(7).uniform(np.log(1e-5), np.log(1e2), n))  # badly scaled
+    s = np.sqrt(y)
+    exact = np.sum(np.sqrt(np.clip(np.linalg.eigvalsh(s[:, None] * V * s[None, :]), 0.0, None))) ** 2 / y.sum()
+    absolute = tridiagonal_dual_bound(d, e, y)
+    relative = tridiagonal_dual_bound(d, e, y, gram_norm=norm)
+    assert absolute <= relative <= exact
+    assert (exact - relative) / exact < 1e-8 < (exact - absolute) / exact  # the relative allowance is tighter
+    # a planted bug (a slightly larger workload's certificate) is refuted
+    assert tridiagonal_dual_bound(d * (1 - 1e-6), e * (1 - 1e-6), y, gram_norm=norm) > exact

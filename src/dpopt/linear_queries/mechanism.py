@@ -476,17 +476,16 @@ def _answer_plan(
                 for p, S in zip(parts, supports, strict=True)
             ]
         )
-        return Answers(
+        return _answers(
+            workload,
+            np.zeros(0),
+            expected,
+            mech,
+            sens,
+            acct,
+            calibration,
+            result,
             values=values,
-            histogram_estimate=np.zeros(0),
-            expected_error=expected,
-            expected_error_per_query=expected / workload.n_queries,
-            sigma=mech.sigma,
-            sensitivity=sens,
-            privacy=acct.spent(),
-            calibration=calibration,
-            strategy_method=result.method,
-            bias=result.bias,
             postprocessing="nonnegative",
         )
     values = np.concatenate([plan.part_answers(residuals, p) for p in parts])
@@ -494,18 +493,7 @@ def _answer_plan(
         x_hat = plan.part_answers(residuals, [Identity(n) for n in dims])
     else:
         x_hat = np.zeros(0)
-    return Answers(
-        values=values,
-        histogram_estimate=x_hat,
-        expected_error=expected,
-        expected_error_per_query=expected / workload.n_queries,
-        sigma=mech.sigma,
-        sensitivity=sens,
-        privacy=acct.spent(),
-        calibration=calibration,
-        strategy_method=result.method,
-        bias=result.bias,
-    )
+    return _answers(workload, x_hat, expected, mech, sens, acct, calibration, result, values=values)
 
 
 def _answer_identity(
@@ -646,10 +634,14 @@ def _answers(
     accountant: Accountant,
     calibration: str,
     result: StrategyResult,
+    *,
+    values: FloatArray | None = None,
+    postprocessing: str = "least_squares",
 ) -> Answers:
-    """The common result of every release path: answers are post-processing of ``x_hat``."""
+    """The common result of every release path: answers are post-processing of ``x_hat``
+    (``values`` defaults to ``W x_hat``; marginal-by-marginal releases pass their own)."""
     return Answers(
-        values=workload.answer(x_hat),
+        values=workload.answer(x_hat) if values is None else values,
         histogram_estimate=x_hat,
         expected_error=expected,
         expected_error_per_query=expected / workload.n_queries,
@@ -659,6 +651,7 @@ def _answers(
         calibration=calibration,
         strategy_method=result.method,
         bias=result.bias,
+        postprocessing=postprocessing,
     )
 
 

@@ -92,6 +92,7 @@ _CONTROLLER: Any = None
 _VERIFY_LIMIT = 2048  # re-evaluate the objective by SVD up to this n
 _SMALL_N = 256  # below this size BLAS runs single-threaded
 _DENSE_COPIES = 10  # n x n float64 arrays alive at the peak of one iteration
+_STRUCTURED_COPIES = 4  # the same on the tridiagonal-inverse path (eigenvectors, two strategies, slack)
 
 
 # ====================================================================================== results
@@ -265,13 +266,13 @@ def _available_memory() -> int | None:
         return None
 
 
-def _check_memory(n: int, max_memory: float | None) -> None:
-    need = estimate_memory(n)
+def _check_memory(n: int, max_memory: float | None, copies: int = _DENSE_COPIES) -> None:
+    need = copies * _BYTES_PER_ENTRY * n * n
     limit = _available_memory() if max_memory is None else int(max_memory)
     if limit is not None and need > limit:
         raise InvalidParameterError(
             f"n={n}: optimizing a strategy needs about {need / 2**30:.2f} GiB "
-            f"(≈{_DENSE_COPIES} dense n×n float64 arrays) but only {limit / 2**30:.2f} GiB is "
+            f"(≈{copies} dense n×n float64 arrays) but only {limit / 2**30:.2f} GiB is "
             "available; reduce n, use a structured workload, or raise max_memory"
         )
 
@@ -355,6 +356,38 @@ def dual_lower_bound(V: ArrayLike, y: ArrayLike) -> float:
     # s_i V_ij s_j carry two roundings each, covered by the threshold's 2 eps ‖B‖_F term.
     ysum = math.fsum(ya.tolist()) * (1.0 + 4.0 * _EPS)
     return _certified_bound(_sym(s[:, None] * Va * s[None, :]), ysum)
+
+
+def _singular_sum_lower(G: FloatArray) -> float:
+    """Rigorous lower bound on the sum of the singular values of ``G`` (entries rounded once).
+
+    Backward stability of the SVD and Weyl's inequality for singular values bound every computed
+    singular value's error by ``p(m, n) eps ‖G‖₂`` (taken as ``2 (m + n + 2) eps ‖G‖_F`` as in
+    :func:`_eig_null_threshold`, which also covers the rounding of ``G``'s entries).  Unlike the
+    eigenvalues of ``GᵀG``, whose error allowance enters ``tr (GᵀG)^½`` through a square root,
+    the allowance here is absolute on each term.
+    """
+    tau = 2.0 * (sum(G.shape) + 2) * _EPS * float(np.linalg.norm(G)) * (1 + (G.size + 2) * _EPS)
+    sig = sla.svd(G, compute_uv=False, lapack_driver="gesdd", check_finite=False)
+    return _round_down(math.fsum(np.clip(sig - tau, 0.0, None).tolist()), 3)
+
+
+def factor_dual_bound(F: ArrayLike, y: ArrayLike) -> float:
+    """Certified dual bound ``tr((Y^½ V Y^½)^½)² / Σy`` for ``V = FᵀF`` given the factor F (m x n).
+
+    ``tr((Y^½ FᵀF Y^½)^½)`` is the sum of the singular values of ``F Y^½`` (an ``m x n`` SVD,
+    cheap when ``m < n``), certified by :func:`_singular_sum_lower`; ``Σy`` is handled as in
+    :func:`dual_lower_bound`.  With F the workload matrix itself the bound is rigorous for the
+    exact Gram matrix ``WᵀW``.
+    """
+    Fa = np.asarray(F, dtype=np.float64)
+    ya = np.clip(np.asarray(y, dtype=np.float64), 0.0, None)
+    if Fa.ndim != 2 or ya.shape != (Fa.shape[1],) or not np.all(np.isfinite(ya)) or ya.sum() <= 0:
+        raise InvalidParameterError("y: expected a finite non-negative vector of length n, not all zero")
+    s = np.sqrt(ya)
+    root = _singular_sum_lower(Fa * s[None, :])
+    ysum = math.fsum((s * s).tolist()) * (1.0 + 4.0 * _EPS)
+    return _round_down(root * root / ysum, 2)
 
 
 def strategy_error(A: ArrayLike, V: ArrayLike, *, rcond: float = 1e-10) -> tuple[float, float]:
@@ -604,32 +637,46 @@ class _TridiagonalDual:
         s = np.sqrt(y)
         dB = self.d / y
         eB = self.e / (s[:-1] * s[1:])
+        self.vecs = np.empty((0, 0))  # free the previous n x n eigenvector matrix first
         mu, Q = sla.eigh_tridiagonal(dB, eB, lapack_driver="stemr")
         mu = np.maximum(mu, _EPS * float(np.max(np.abs(mu))))
         self.sigma = 1.0 / np.sqrt(mu)
         self.vecs = Q
-        # steers the iteration only: the certificate is recomputed densely and rigorously at the
-        # best dual point (dual_lower_bound), so no error allowance here
+        # steers the iteration only: the certificate is recomputed rigorously at the best dual
+        # point (tridiagonal_dual_bound), so no error allowance here
         self.tr_lower = math.fsum(self.sigma.tolist())
-        self.diag_M = (Q * Q) @ self.sigma
+        self.diag_M = np.concatenate([(Q[b] * Q[b]) @ self.sigma for b in _row_blocks(self.n)])
         return float(self.sigma.sum()), self.diag_M
 
     def normalized_objective(self, d: FloatArray) -> float:
         """Objective of the unit-column rescaling: one O(n³) product, so every 4th iteration only
-        (the uniform candidate's gap is the diagonal's deviation, which stalls near 1e-4)."""
+        (the uniform candidate's gap is the diagonal's deviation, which stalls near 1e-4).
+
+        ``Σ_ij C_ij² σ_j² / σ_i`` with ``C = Qᵀ diag(√d) Q``, accumulated over column blocks of C
+        (no n x n temporary)."""
         self._calls = getattr(self, "_calls", 0) + 1
         if self._calls % 4:
             return math.inf
-        Q = self.vecs
-        C = Q.T @ (np.sqrt(d)[:, None] * Q)
-        return float(np.einsum("ij,j,i->", C * C, self.sigma**2, 1.0 / self.sigma))
+        Q, root_d = self.vecs, np.sqrt(d)
+        acc = np.zeros(self.n)
+        for b in _row_blocks(self.n):
+            Cb = Q.T @ (root_d[:, None] * Q[:, b])
+            Cb *= Cb
+            acc += Cb @ (self.sigma[b] ** 2)
+        return float(acc @ (1.0 / self.sigma))
 
     def strategy(self, y: FloatArray, kind: str) -> FloatArray:
-        root = np.sqrt(self.sigma)[:, None] * self.vecs.T
+        # rows sqrt(σ_k) q_kᵀ scaled per column, built in one n x n array (no temporaries)
+        A = np.multiply(self.vecs.T, np.sqrt(self.sigma)[:, None])
         if kind == "uniform":
-            A = root / np.sqrt(y)[None, :]
-            return np.asarray(A / math.sqrt(float(np.max(self.diag_M / y))))
-        return np.asarray(root / np.sqrt(self.diag_M)[None, :])
+            A *= (1.0 / np.sqrt(y) / math.sqrt(float(np.max(self.diag_M / y))))[None, :]
+        else:
+            A *= (1.0 / np.sqrt(self.diag_M))[None, :]
+        return A
+
+
+def _row_blocks(n: int, size: int = 512) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
 def _tridiagonal_inverse(wl: Workload, n: int) -> tuple[FloatArray, FloatArray] | None:
@@ -663,7 +710,21 @@ def _sturm_counts(d: FloatArray, e2: FloatArray, shifts: FloatArray, pivmin: flo
     return count
 
 
-def tridiagonal_dual_bound(d: ArrayLike, e: ArrayLike, y: ArrayLike) -> float:
+def _gram_norm_bound(wl: Workload, n: int) -> float | None:
+    """Upper bound on ``‖V‖₂`` (the largest row sum of V, in closed form) for prefix and all-range."""
+    from dpopt.linear_queries.workloads import AllRange, Prefix
+
+    j = np.arange(n, dtype=np.float64)  # integer-valued sums below are exact up to 2^53
+    if isinstance(wl, Prefix):  # row j: Σ_k n - max(j, k)
+        rows = j * (n - j) + (n - j) * (n - j + 1) / 2
+    elif isinstance(wl, AllRange):  # row j: Σ_k (min(j, k) + 1)(n - max(j, k))
+        rows = (n - j) * j * (j + 1) / 2 + (j + 1) * (n - j) * (n - j + 1) / 2
+    else:
+        return None
+    return float(rows.max()) * (1.0 + 8.0 * _EPS)
+
+
+def tridiagonal_dual_bound(d: ArrayLike, e: ArrayLike, y: ArrayLike, *, gram_norm: float | None = None) -> float:
     """Certified dual bound ``tr((Y^½ V Y^½)^½)² / Σy`` for ``V⁻¹ = tridiag(e, d, e)``, in O(n²).
 
     ``B = Y^½ V Y^½`` has the tridiagonal inverse ``T = Y^-½ V⁻¹ Y^-½``, so ``tr B^½ = Σ μ_i^-½``
@@ -675,6 +736,13 @@ def tridiagonal_dual_bound(d: ArrayLike, e: ArrayLike, y: ArrayLike) -> float:
     dense certificate (:func:`dual_lower_bound`, whose eigenvalue error allowance grows like
     ``n eps ‖B‖``), the loss is a few ulps of ``T`` with no factor n: the bound certifies relative
     gaps far below 1e-7 at n in the thousands.
+
+    With ``gram_norm >= ‖V‖₂`` a second, relative allowance is used where it is smaller: the
+    perturbation behind the Sturm counts is componentwise relative in the entries of ``T``, i.e. of
+    ``V⁻¹`` (plus relative roundings of y), so the counted matrix is ``Y^-½ (V⁻¹ + E) Y^-½`` with
+    ``‖V^½ E V^½‖₂ <= η = 16 eps ‖|V⁻¹|‖_∞ ‖V‖₂`` and every eigenvalue moves by a factor within
+    ``[1 - η, 1 + η]`` whatever the scaling of y (the absolute allowance ``Δ`` grows like
+    ``1 / min(y)``, which dominates at badly scaled dual points).
     """
     da = np.asarray(d, dtype=np.float64)
     ea = np.asarray(e, dtype=np.float64)
@@ -695,7 +763,9 @@ def tridiagonal_dual_bound(d: ArrayLike, e: ArrayLike, y: ArrayLike) -> float:
     e2 = eT * eT
     pivmin = float(np.finfo(np.float64).tiny) * max(1.0, float(e2.max()) if e2.size else 1.0)
     delta = 16.0 * _EPS * norm + 2.0 * pivmin
-    slack = np.maximum(8.0 * _EPS * np.abs(mu), 4.0 * _EPS * norm)
+    # relative start (MRRR's eigenvalues of this positive definite T are relatively accurate);
+    # the Sturm counts below verify it and widen it where they fail
+    slack = np.maximum(8.0 * _EPS * np.abs(mu), (4.0 * _EPS * norm) if gram_norm is None else 4.0 * pivmin)
     need = np.arange(1, n + 1)
     u = np.maximum.accumulate(mu + slack)
     for _ in range(60):
@@ -707,6 +777,12 @@ def tridiagonal_dual_bound(d: ArrayLike, e: ArrayLike, y: ArrayLike) -> float:
     else:  # pragma: no cover - Sturm counts always succeed once u exceeds ‖T‖
         return 0.0
     upper = (u + delta) * (1.0 + 2.0 * _EPS)  # μ_i(T) <= u_i + Δ, rounded up
+    if gram_norm is not None and gram_norm > 0:
+        inv_norm = float(np.max(np.abs(da) + np.abs(np.concatenate([[0.0], ea])) + np.abs(np.concatenate([ea, [0.0]]))))
+        eta = 16.0 * _EPS * inv_norm * (1.0 + 4.0 * _EPS) * float(gram_norm)
+        if eta < 0.5:  # μ_i <= (u_i + 2 pivmin)(1 + 16 eps) / (1 - η), rounded up
+            rel = (u + 2.0 * pivmin) * (1.0 + 16.0 * _EPS) / (1.0 - eta) * (1.0 + 4.0 * _EPS)
+            upper = np.minimum(upper, rel)
     root = _round_down(math.fsum((1.0 / np.sqrt(upper)).tolist()), 3)
     ysum = math.fsum((s * s).tolist()) * (1.0 + 4.0 * _EPS)
     return _round_down(root * root / ysum, 2)
@@ -762,6 +838,7 @@ def _solve_dual(
         if ub_norm < best_ub:
             best_ub, best, improved = ub_norm, (y, "normalized"), True
         if improved and best is not None:
+            best_A = None  # free the old strategy first (n x n at the peak)
             best_A = ev.strategy(*best)
         gap = (best_ub - best_lb) / best_lb
         rec = {
@@ -912,14 +989,66 @@ def _primal_newton(
 _IterateCallback = Callable[[dict[str, Any], FloatArray], Any]
 
 
-def _embed(A_s: FloatArray, support: NDArray[np.intp], n_full: int) -> FloatArray:
-    """The strategy on the full domain: zero columns off ``support``, column norms at most one."""
-    A = np.zeros((A_s.shape[0], n_full))
-    A[:, support] = A_s
+def _embed(
+    A_s: FloatArray, support: NDArray[np.intp], n_full: int, classes: NDArray[np.intp] | None = None
+) -> FloatArray:
+    """The strategy on the full domain: zero columns off ``support``, column norms at most one.
+
+    Column ``classes[i]`` of ``A_s`` goes to cell ``support[i]`` (cells with identical workload
+    columns share one column of the reduced problem, see :func:`_column_classes`; default: column
+    i).  When every cell is its own column, ``A_s`` itself is returned (no n x n copy).
+    """
     col = float(np.max(np.sum(A_s**2, axis=0)))
+    if classes is None and support.size == n_full:  # support is then 0..n-1
+        A = A_s
+    else:
+        A = np.zeros((A_s.shape[0], n_full))
+        A[:, support] = A_s if classes is None else A_s[:, classes]
     if col > 1.0:
-        A /= math.sqrt(col)
+        A = A / math.sqrt(col)
     return A
+
+
+def _workload_factor(wl: Workload, cols: NDArray[np.intp], n: int) -> FloatArray | None:
+    """``W[:, cols]`` when the workload has fewer rows than columns (``m < n``) and is given
+    explicitly (intervals or a matrix): the final certificate is then the sum of the singular
+    values of ``W Y^½`` (:func:`factor_dual_bound`), whose error allowance is absolute per term,
+    instead of square roots of the eigenvalues of ``Y^½ V Y^½`` (which lose ``sqrt(n eps)``-sized
+    amounts on the many small eigenvalues of rank-deficient workloads)."""
+    from dpopt.linear_queries.workloads import MatrixWorkload, Ranges
+
+    m = wl.n_queries
+    if not isinstance(wl, Ranges | MatrixWorkload) or m >= n or m * wl.domain_size > 2**27:
+        return None
+    return np.ascontiguousarray(wl.matrix()[:, cols])
+
+
+def _column_classes(V: FloatArray, support: NDArray[np.intp]) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
+    """Group the measured cells whose workload columns are identical (rows of ``V`` equal).
+
+    Returns ``(representatives, classes)``: one cell per group (sorted) and, for every cell of
+    ``support``, the index of its group; None when all columns differ.  Columns i and j of W are
+    equal exactly when rows i and j of ``V = WᵀW`` are (``‖w_i - w_j‖² = V_ii + V_jj - 2 V_ij``).
+    Rows are grouped by a digest of their bytes and then compared exactly, in O(n²).
+    """
+    groups: dict[bytes, int] = {}
+    classes = np.empty(support.size, dtype=np.intp)
+    reps: list[int] = []
+    import hashlib
+
+    for i, j in enumerate(support.tolist()):
+        row = V[j, support]
+        key = hashlib.blake2b(row.tobytes(), digest_size=16).digest()
+        g = groups.get(key)
+        if g is None or not np.array_equal(row, V[reps[g], support]):
+            if g is not None:  # pragma: no cover - a digest collision: keep the rows apart
+                key += i.to_bytes(8, "little")
+            g = groups[key] = len(reps)
+            reps.append(j)
+        classes[i] = g
+    if len(reps) == support.size:
+        return None
+    return np.asarray(reps, dtype=np.intp), classes
 
 
 def _strategy_from_X(X: FloatArray) -> FloatArray:
@@ -1037,21 +1166,37 @@ def optimize_strategy(
             warn=warn,
         )
     n_full = wl.domain_size
-    _check_memory(n_full, max_memory)
-    V_full = wl.gram()
-    if not np.all(np.isfinite(V_full)):
-        raise InvalidParameterError("workload: its Gram matrix has non-finite entries")
-    support = np.flatnonzero(np.diag(V_full) > 0)
-    if support.size == 0:
-        raise InvalidParameterError("workload: every column is zero; there is nothing to answer")
-    # no copy when every cell is measured (one n x n array less: 512 MiB at n = 8192)
-    V = np.ascontiguousarray(V_full) if support.size == n_full else V_full[np.ix_(support, support)]
-    n = V.shape[0]
+    classes: NDArray[np.intp] | None = None
+    if method == "dual" and n_full > _VERIFY_LIMIT and _tridiagonal_inverse(wl, n_full) is not None:
+        # O(n²) iterations and certificate from the closed-form tridiagonal V⁻¹: V is never formed
+        _check_memory(n_full, max_memory, copies=_STRUCTURED_COPIES)
+        V = np.empty((0, 0))
+        support = reps = np.arange(n_full)
+        t0, w0 = time.process_time(), time.perf_counter()
+    else:
+        _check_memory(n_full, max_memory)
+        V_full = wl.gram()
+        if not np.all(np.isfinite(V_full)):
+            raise InvalidParameterError("workload: its Gram matrix has non-finite entries")
+        support = np.flatnonzero(np.diag(V_full) > 0)
+        if support.size == 0:
+            raise InvalidParameterError("workload: every column is zero; there is nothing to answer")
+        reps = support
+        t0, w0 = time.process_time(), time.perf_counter()  # the grouping counts as optimization time
+        found = _column_classes(V_full, support) if method == "dual" else None
+        if found is not None:  # cells with identical columns: solve on one cell per group
+            reps, classes = found
+            V = V_full[np.ix_(reps, reps)]
+        elif support.size == n_full:  # no copy when every cell is measured (512 MiB at n = 8192)
+            V = np.ascontiguousarray(V_full)
+        else:
+            V = V_full[np.ix_(support, support)]
+    n = support.size if V.size == 0 else V.shape[0]
+    factor = _workload_factor(wl, reps, n) if method == "dual" and V.size else None
 
     bar = None
     if progress:
         bar, callback = _progress_bar(n, method, tol, callback)
-    t0, w0 = time.process_time(), time.perf_counter()
     try:
         with _blas_threads(n):
             return _optimize(
@@ -1069,6 +1214,8 @@ def optimize_strategy(
                 warn,
                 t0,
                 w0,
+                classes,
+                factor,
             )
     finally:
         if bar is not None:
@@ -1139,12 +1286,16 @@ def _optimize(
     warn: bool,
     t0: float,
     w0: float,
+    classes: NDArray[np.intp] | None = None,
+    factor: FloatArray | None = None,
 ) -> StrategyResult:
-    n = V.shape[0]
-    tri = _tridiagonal_inverse(wl, n) if method == "dual" and support.size == n_full else None
+    n = support.size if V.size == 0 else V.shape[0]
+    full = support.size == n_full and classes is None
+    tri = _tridiagonal_inverse(wl, n) if method == "dual" and full else None
     evaluator: Any = None
     if tri is not None and n > _SMALL_N:  # structure-aware: O(n²) per iteration
-        mu, Q = sla.eigh_tridiagonal(*tri, lapack_driver="stemr")
+        mu = sla.eigh_tridiagonal(*tri, eigvals_only=True, lapack_driver="stemr")
+        Q = np.empty((0, 0))  # not needed: the evaluator computes its own eigenvectors
         lam = 1.0 / mu
         tau = 4.0 * n * _EPS * float(np.max(np.abs(tri[0])) + 2 * np.max(np.abs(tri[1])))
         root_lower = _round_down(math.fsum((1.0 / np.sqrt(mu + tau)).tolist()), 3)
@@ -1160,7 +1311,7 @@ def _optimize(
     user_callback = callback
 
     def with_iterate(rec: dict[str, Any], A_it: FloatArray) -> bool:
-        strategy = _embed(A_it, support, n_full)
+        strategy = _embed(A_it, support, n_full, classes)
         return notify(user_callback, int(rec["iteration"]), strategy, **rec, strategy=strategy)
 
     inner = None if user_callback is None else with_iterate
@@ -1183,8 +1334,13 @@ def _optimize(
         run_params.update(max_iter=iters, anderson_memory=anderson_memory)
         if evaluator is not None:
             run_params["structure"] = "tridiagonal inverse (O(n²) per iteration)"
+        if classes is not None:
+            run_params["structure"] = f"{n} classes of identical columns"
         if tri is not None and evaluator is not None:  # O(n²) Sturm-count certificate, no n·eps loss
-            dual_lb = tridiagonal_dual_bound(tri[0], tri[1], best_y)
+            dual_lb = tridiagonal_dual_bound(tri[0], tri[1], best_y, gram_norm=_gram_norm_bound(wl, n))
+        elif factor is not None:  # singular values of W Y^½: no square-root loss on small eigenvalues
+            dual_lb = factor_dual_bound(factor, best_y)
+            run_params["certificate"] = "singular values of the workload's columns"
         else:
             dual_lb = dual_lower_bound(V, best_y)  # the certificate, rigorous in floating point
     else:
@@ -1265,7 +1421,7 @@ def _optimize(
     cpu, wall = time.process_time() - t0, time.perf_counter() - w0
 
     # embed into the full domain (unmeasured cells get zero columns) and evaluate exactly
-    A = _embed(A_s, support, n_full)
+    A = _embed(A_s, support, n_full, classes)
     if n <= _VERIFY_LIMIT:
         exact, bias = strategy_error(A_s, V)  # independent re-evaluation (one SVD of A)
     else:  # the SVD would cost more than the optimization; obj is exact for these strategies

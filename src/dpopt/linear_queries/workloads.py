@@ -95,7 +95,8 @@ class Workload(abc.ABC):
 
     # ------------------------------------------------------------------ to implement
     @abc.abstractmethod
-    def _gram(self) -> FloatArray: ...
+    def _gram(self) -> FloatArray:
+        """``WᵀW`` as a new array (:meth:`gram` symmetrizes it in place)."""
 
     @abc.abstractmethod
     def _matvec(self, x: FloatArray) -> FloatArray: ...
@@ -122,8 +123,11 @@ class Workload(abc.ABC):
     def gram(self) -> FloatArray:
         """``V = WᵀW`` as a dense ``(n, n)`` array (computed once, read-only)."""
         if self._gram_cache is None:
-            V = np.ascontiguousarray(self._gram(), dtype=np.float64)
-            V = (V + V.T) / 2
+            V = np.ascontiguousarray(self._gram(), dtype=np.float64)  # _gram returns a fresh array
+            if not (V.flags.owndata and V.flags.writeable):
+                V = V.copy()
+            V += V.T  # numpy buffers the overlapping operand: equal to (V + V.T) / 2, one copy less
+            V *= 0.5
             V.setflags(write=False)
             self._gram_cache = V
         return self._gram_cache
@@ -170,7 +174,13 @@ class Workload(abc.ABC):
         if self._fingerprint is None:
             h = hashlib.sha256()
             h.update(f"{self._m}x{self._n}".encode())
-            h.update(np.ascontiguousarray(self.gram()).tobytes())
+            rows = getattr(self, "_gram_rows", None)
+            if self._gram_cache is None and rows is not None:
+                # closed-form Gram: hash the same bytes block by block, never holding n x n
+                for lo in range(0, self._n, 256):
+                    h.update(np.ascontiguousarray(rows(lo, min(lo + 256, self._n))).tobytes())
+            else:
+                h.update(np.ascontiguousarray(self.gram()).tobytes())
             self._fingerprint = h.hexdigest()
         return self._fingerprint
 
@@ -228,8 +238,12 @@ class Prefix(Workload):
         super().__init__(n, n)
 
     def _gram(self) -> FloatArray:
+        return self._gram_rows(0, self._n)
+
+    def _gram_rows(self, lo: int, hi: int) -> FloatArray:
+        """Rows ``lo:hi`` of V (exactly symmetric, so equal to those of :meth:`gram`)."""
         i = np.arange(self._n)
-        return (self._n - np.maximum.outer(i, i)).astype(np.float64)
+        return (self._n - np.maximum.outer(i[lo:hi], i)).astype(np.float64)
 
     def _matvec(self, x: FloatArray) -> FloatArray:
         return np.cumsum(x)
@@ -251,8 +265,12 @@ class AllRange(Workload):
         super().__init__(n * (n + 1) // 2, n)
 
     def _gram(self) -> FloatArray:
-        i = np.arange(self._n)
-        return ((np.minimum.outer(i, i) + 1) * (self._n - np.maximum.outer(i, i))).astype(np.float64)
+        return self._gram_rows(0, self._n)
+
+    def _gram_rows(self, lo: int, hi: int) -> FloatArray:
+        """Rows ``lo:hi`` of V (exactly symmetric, so equal to those of :meth:`gram`)."""
+        i, r = np.arange(self._n), np.arange(lo, hi)
+        return ((np.minimum.outer(r, i) + 1) * (self._n - np.maximum.outer(r, i))).astype(np.float64)
 
     def _matvec(self, x: FloatArray) -> FloatArray:
         c = np.concatenate([[0.0], np.cumsum(x)])
@@ -295,13 +313,19 @@ class Ranges(Workload):
 
     def _gram(self) -> FloatArray:
         # V_jk = #{intervals with lo <= min(j,k) and hi >= max(j,k)}, via a 2-d cumulative count.
+        # (one n x n array: 512 MiB at n = 8192, where index arrays would need three more)
         n = self._n
-        counts = np.zeros((n, n))
-        np.add.at(counts, (self.lo, self.hi), 1.0)
-        S = np.cumsum(counts, axis=0)  # lo <= a
-        S = np.cumsum(S[:, ::-1], axis=1)[:, ::-1]  # hi >= b
-        i = np.arange(n)
-        return S[np.minimum.outer(i, i), np.maximum.outer(i, i)]
+        S = np.zeros((n, n))
+        np.add.at(S, (self.lo, self.hi), 1.0)
+        np.cumsum(S, axis=0, out=S)  # lo <= a
+        R = S[:, ::-1]
+        np.cumsum(R, axis=1, out=R)  # hi >= b; S[a, b] is V_ab for a <= b
+        for r0 in range(0, n, 512):  # mirror the upper triangle block by block
+            r1 = min(r0 + 512, n)
+            S[r0:r1, :r0] = S[:r0, r0:r1].T
+            D = S[r0:r1, r0:r1]
+            D[...] = np.triu(D) + np.triu(D, 1).T
+        return S
 
     def _matvec(self, x: FloatArray) -> FloatArray:
         c = np.concatenate([[0.0], np.cumsum(x)])
