@@ -42,6 +42,17 @@ Structure
 * Marginal workloads (:class:`~dpopt.linear_queries.workloads.Marginals`) are solved in closed
   form in the residual basis (the optimum attains the SVD bound: certified gap 0), for domains
   far beyond dense n.
+* Cells whose workload columns are identical (e.g. the cells between consecutive endpoints of
+  interval queries: m random ranges have at most 2m + 1 classes at any n) are merged: with
+  ``V = Pᵀ V_k P`` the problem on the k classes has the same optimum (a strategy ``A_k`` is
+  used as ``A_k P``, same column norms and error), and a dual point ``y_k`` of the merged
+  problem is the dual point ``y_j = y_k / c_k`` of the full one with the same bound, so the
+  certificate is unchanged in kind.  When the workload is given explicitly with fewer rows than
+  classes, the final certificate is the sum of the singular values of ``W Y^½``
+  (:func:`factor_dual_bound`).
+* Prefix and all-range workloads (tridiagonal ``V⁻¹``) are solved in O(n²) per iteration with an
+  O(n²) Sturm-count certificate (:func:`tridiagonal_dual_bound`); above n = 2048 the dense Gram
+  matrix is never formed.
 """
 
 from __future__ import annotations
@@ -110,6 +121,9 @@ class StrategyResult:
         Certified lower bound on the objective of *every* strategy (max of the dual and SVD bounds).
     dual_bound, svd_bound : float
         The Lagrange-dual bound ``tr(M(y))²/Σy`` at the best ``y`` found, and ``‖W‖_*²/n``.
+        When cells with identical workload columns were merged (``params["structure"]``), both
+        are computed on the k merged columns: ``svd_bound`` is then ``‖W_k‖_*²/k``, the dual
+        bound at ``y_j = 1/c_j`` (``c_j`` cells per class), also a bound for the full problem.
     gap : float
         ``(objective - lower_bound) / lower_bound``: the strategy is certified within this factor.
     method : str
