@@ -74,6 +74,26 @@ def test_safeguard_rescues_other_shard_counts(uncentred: MatrixFactorizationProb
     np.testing.assert_allclose(d.U, local.U, rtol=1e-9, atol=1e-11)
 
 
+def test_tolerance_and_early_stopping_as_in_hamsi(uncentred: MatrixFactorizationProblem) -> None:
+    from dpopt.matrix_factorization import split_ratings
+
+    kw = dict(KW, max_iter=200, tol=1e-3, patience=3)
+    d = hamsi_distributed(uncentred, 2, **kw)
+    local = hamsi(uncentred, strata_b(uncentred.ratings, 2), **kw)
+    assert d.status == local.status == "converged" and d.n_epochs == local.n_epochs < 200
+    assert d.n_restarts == 1  # the restart and the warm-up did not count as stalls
+    train, val = split_ratings(uncentred.ratings, 0.2, rng=0)
+    p = MatrixFactorizationProblem(train, 3, l2=1e-6, allow_empty=True)
+    kw = dict(kw, test=val, early_stopping=True, patience=2)
+    d = hamsi_distributed(p, 2, **kw)
+    local = hamsi(p, strata_b(p.ratings, 2), **kw)
+    assert d.status == local.status == "converged" and d.n_epochs == local.n_epochs
+    assert d.history_test_rmse is not None and local.history_test_rmse is not None
+    assert d.test_rmse == pytest.approx(local.test_rmse, rel=1e-9)
+    assert d.test_rmse == pytest.approx(float(np.min(d.history_test_rmse)))  # best-validation factors
+    np.testing.assert_allclose(d.U, local.U, rtol=1e-8, atol=1e-10)
+
+
 class _FlakyEngine(InProcessEngine):
     """In-process engine whose worker 'dies' at chosen rounds (once each)."""
 

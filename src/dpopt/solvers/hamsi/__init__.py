@@ -14,7 +14,8 @@ as specified in ``spec/distributed-and-private-gradient-methods.md`` §2:
 * :class:`CompactLBFGS` -- the compact (Byrd-Nocedal-Schnabel) inverse-Hessian representation.
 * :func:`hamsi_distributed` -- the same algorithm with STRATA-B on the engines of
   :mod:`dpopt.distributed.engines` (in-process, local processes, Ray: one shard per row block,
-  column factors passed DSGD-style, one all-reduce of O(M) scalars per inner step).
+  column factors passed DSGD-style, one all-reduce of O(M) scalars per inner step), with the same
+  safeguard, recovery of dead or stalled workers from an in-memory checkpoint and durable resume.
 
 Parallelism: the blocks of a subset run on ``n_threads`` threads in compiled kernels that release
 the GIL (a thread pool with dynamic scheduling by default, or numba ``prange``).  Variable-disjoint blocks (STRATA, STRATA-B) are processed in one
@@ -35,8 +36,8 @@ does with one thread.
 
 dpopt's defaults add two safeguards that neither source has (both can be switched off to run the
 reference algorithm exactly): ``β_t >= 1`` (``beta_floor=1``, the assumption of Thm 3.1.3) for the
-quasi-Newton steps, and a restart (``safeguard=True``) that returns to the last checked point and
-clears the memory when a subset's loss more than doubles after quasi-Newton steps.
+quasi-Newton steps, and a restart (``safeguard=True``, :mod:`dpopt.solvers.hamsi.safeguard`) that
+returns to the last checked point and clears the memory when a subset's loss more than doubles.
 
 HAMSI is an optimizer and is **not** differentially private.
 """

@@ -88,6 +88,7 @@ class _HamsiShard:
         self.pair: tuple[Float, Float] | None = None
         self.sse = 0.0
         self.n_steps = 0  # inner steps taken (skipped ones excluded), as hamsi counts them
+        self.n_qn = 0  # quasi-Newton steps taken
         self.skip = False  # a restart skips the rest of the outer iteration
         self.failed = False
         m = self.mem.memory
@@ -186,6 +187,7 @@ class _HamsiShard:
             coefs = self.mem.coefficients_from(v)
             _k.lbfgs_apply(self.x, self.g, self.mem.A, coefs, self.mem.sigma, self.guard.qn_scale / beta)
             self.guard.stepped(quasi_newton=True)
+            self.n_qn += 1
         else:
             beta = (o["eta_gd"] * counter) ** o["gamma_gd"]
             self.x -= self.g * (self.guard.gd_scale / beta)
@@ -195,13 +197,14 @@ class _HamsiShard:
     def _diag(self) -> dict[str, Any]:
         return {
             "failed": self.failed, "restarts": self.guard.n_restarts, "steps": self.n_steps,
-            "pairs": (self.mem.n_accepted, self.mem.n_rejected),
+            "pairs": (self.mem.n_accepted, self.mem.n_rejected), "qn": self.n_qn,
         }  # fmt: skip
 
     def snapshot(self) -> dict[str, Any]:
         """The whole shard state between outer iterations (copies; arrays and numbers only)."""
         state: dict[str, Any] = {
-            "x": self.x.copy(), "n_steps": self.n_steps, "skip": self.skip, "failed": self.failed,
+            "x": self.x.copy(), "n_steps": self.n_steps, "n_qn": self.n_qn, "skip": self.skip,
+            "failed": self.failed,
             **lbfgs_state(self.mem, copy=True), **self.guard.state(),
         }  # fmt: skip
         for name in ("ref_x", "ref_g", "safe_x"):
@@ -218,6 +221,7 @@ class _HamsiShard:
             bool(state["skip"]),
             bool(state["failed"]),
         )
+        self.n_qn = int(state["n_qn"])
         load_lbfgs(self.mem, state)
         self.guard.load(state)
         for name in ("ref_x", "ref_g", "safe_x"):
@@ -268,6 +272,9 @@ def hamsi_distributed(
     test: Ratings | None = None,
     rng: RNGLike,
     callback: Callback | None = None,
+    tol: float = 0.0,
+    patience: int | None = None,
+    early_stopping: bool = False,
     checkpoint_every: int = 5,
     max_recoveries: int = 3,
     checkpoint_dir: str | os.PathLike[str] | None = None,
@@ -308,6 +315,12 @@ def hamsi_distributed(
     callback : callable, optional
         As in :func:`hamsi`; after a worker failure, the outer iterations replayed from the
         checkpoint are reported again.
+    tol, patience, early_stopping
+        As in :func:`hamsi` (the training RMSE is evaluated exactly after every outer iteration):
+        stop with status ``"converged"`` after ``patience`` evaluations that improved the monitored
+        value by less than ``tol`` (relative); outer iterations of the gradient warm-up or with a
+        safeguard restart count as progress.  ``early_stopping`` monitors the RMSE on ``test``
+        and hands back the best-validation factors.
     checkpoint_every : int, default 5
         Outer iterations between checkpoints of every shard's state (factors, L-BFGS memory,
         safeguard), kept in the driver's memory and, with ``checkpoint_dir``, written to disk.
@@ -382,6 +395,11 @@ def hamsi_distributed(
         "restart_growth": check_positive(restart_growth, "restart_growth"),
     }  # fmt: skip
     checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
+    tol = check_nonneg(tol, "tol")
+    if patience is not None:
+        patience = check_int(patience, "patience")
+    if early_stopping and test is None:
+        raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
     max_recoveries = check_int(max_recoveries, "max_recoveries", minimum=0)
     if resume and checkpoint_dir is None:
         raise InvalidParameterError("resume: needs checkpoint_dir= (where the state file is kept)")
@@ -443,7 +461,7 @@ def hamsi_distributed(
     fingerprint = {
         "method": "hamsi_distributed", "shape": problem.shape, "n_ratings": n, "rank": problem.rank,
         "bias": problem.bias, "l2": problem.l2, "n_shards": P, "schedule": schedule,
-        **options,
+        "early_stopping": early_stopping, **options,
     }  # fmt: skip
     if ckpt is not None:
         fingerprint["data"] = _data_digest(problem)
@@ -468,7 +486,13 @@ def hamsi_distributed(
     best_U, best_V = U0.copy(), V0.copy()
     held_out = problem.evaluator(test) if test is not None else None
     width = problem.width
-    shard_diag: list[dict[str, Any]] = [{"failed": False, "restarts": 0, "steps": 0, "pairs": (0, 0)}]
+    shard_diag: list[dict[str, Any]] = [
+        {"failed": False, "restarts": 0, "steps": 0, "pairs": (0, 0), "qn": 0}
+    ]
+    # convergence / early stopping: the monitored value's best, evaluations since it improved by
+    # tol, restarts and quasi-Newton steps at the previous evaluation; the best-validation factors
+    mon = {"best": math.inf, "since": 0, "restarts": 0, "qn": 0}
+    mon_U, mon_V = (U0.copy(), V0.copy()) if early_stopping else (None, None)
 
     def fill() -> None:
         for r, xr in enumerate(eng.call("x")):
@@ -488,6 +512,26 @@ def hamsi_distributed(
         if hist_r[-1] < best[0]:
             best[0] = hist_r[-1]
             best_U[:], best_V[:] = U, V
+        d = shard_diag[0]
+        value = (
+            hist_te[-1]
+            if early_stopping
+            else 0.5 * problem.weight * hist_r[-1] ** 2 * n + problem.ridge(U, V)
+        )
+        if (
+            value < mon["best"] * (1.0 - tol)
+            or not math.isfinite(mon["best"])
+            or d["restarts"] != mon["restarts"]
+            or d["qn"] == mon["qn"]
+        ):
+            mon["since"] = 0  # progress, a restart, or no quasi-Newton step yet (warm-up)
+        else:
+            mon["since"] += 1
+        mon["restarts"], mon["qn"] = d["restarts"], d["qn"]
+        if value < mon["best"]:
+            mon["best"] = value
+            if mon_U is not None and mon_V is not None:
+                mon_U[:], mon_V[:] = U, V
         eval_time += time.perf_counter() - t_ev
 
     def driver_state(epoch: int) -> dict[str, Any]:
@@ -496,7 +540,8 @@ def hamsi_distributed(
             "best_U": best_U.copy(), "best_V": best_V.copy(),
             "hist_t": np.asarray(hist_t, dtype=np.float64), "hist_e": np.asarray(hist_e, dtype=np.int64),
             "hist_r": np.asarray(hist_r, dtype=np.float64), "hist_te": np.asarray(hist_te, dtype=np.float64),
-            **{"timing_" + k: v for k, v in timings.items()},
+            **{"timing_" + k: v for k, v in timings.items()}, **{"mon_" + k: v for k, v in mon.items()},
+            **({"mon_U": mon_U.copy(), "mon_V": mon_V.copy()} if mon_U is not None and mon_V is not None else {}),
         }  # fmt: skip
 
     def load_driver(state: dict[str, Any]) -> int:
@@ -508,6 +553,11 @@ def hamsi_distributed(
         hist_r[:], hist_te[:] = [float(v) for v in state["hist_r"]], [float(v) for v in state["hist_te"]]
         for key in timings:
             timings[key] = float(state["timing_" + key])
+        mon["best"] = float(state["mon_best"])
+        for key in ("since", "restarts", "qn"):
+            mon[key] = int(state["mon_" + key])
+        if mon_U is not None and mon_V is not None:
+            mon_U[:], mon_V[:] = state["mon_U"], state["mon_V"]
         return int(state["epoch"])
 
     def save_durable(epoch: int, states: Sequence[dict[str, Any]]) -> None:
@@ -537,7 +587,7 @@ def hamsi_distributed(
             fill()
             shard_diag[0] = {
                 "failed": bool(shard_states[0]["failed"]), "restarts": int(shard_states[0]["n_restarts"]),
-                "steps": int(shard_states[0]["n_steps"]),
+                "steps": int(shard_states[0]["n_steps"]), "qn": int(shard_states[0]["n_qn"]),
                 "pairs": (int(shard_states[0]["lbfgs_acc"]), int(shard_states[0]["lbfgs_rej"])),
             }  # fmt: skip
         else:
@@ -585,9 +635,23 @@ def hamsi_distributed(
                 if held_out is not None:
                     hist_te.append(held_out(U, V))
                 break
+            if patience is not None and mon["since"] >= patience:
+                status = "converged"
+                what = "validation RMSE" if early_stopping else "training objective"
+                message = (
+                    f"hamsi_distributed: converged after {epoch} epochs ({what} improved by less than "
+                    f"tol={tol:g} (relative) in {patience} evaluations)"
+                )
+                break
             if notify(callback, epoch, rmse=hist_r[-1], elapsed=elapsed):
                 status = "stopped"
                 break
+        if mon_U is not None and mon_V is not None and status != "failed" and hist_te[-1] > mon["best"]:
+            U[:], V[:] = mon_U, mon_V  # early stopping hands back the best-validation factors
+            hist_t.append(elapsed)
+            hist_e.append(done)
+            hist_r.append(problem.rmse(U, V))
+            hist_te.append(mon["best"])
         pairs = shard_diag[0]["pairs"]
     finally:
         if own:
