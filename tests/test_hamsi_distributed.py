@@ -175,6 +175,47 @@ def test_durable_resume_equals_an_uninterrupted_run(
         hamsi_distributed(uncentred, 2, resume=True, **kw)
 
 
+_CRASHING_DRIVER = """
+import os, signal, sys
+from dpopt.datasets import Ratings, make_low_rank_ratings
+from dpopt.matrix_factorization import MatrixFactorizationProblem
+from dpopt.solvers.hamsi import hamsi_distributed
+
+s = make_low_rank_ratings(200, 150, 3, 0.1, rng=0, noise_std=0.5)
+r = Ratings(rows=s.rows, cols=s.cols, values=s.values + 3.5, shape=s.shape, name="shifted")
+p = MatrixFactorizationProblem(r, 3, l2=1e-6)
+
+def crash(info):
+    if info.nit == 13:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+if __name__ == "__main__":  # the processes engine's workers import this file
+    hamsi_distributed(p, 2, max_iter=24, memory=5, rng=0, eta_gd=0.001, engine=sys.argv[2],
+                      checkpoint_dir=sys.argv[1], checkpoint_every=5, callback=crash)
+"""
+
+
+@pytest.mark.slow  # a driver process that SIGKILLs itself (with its worker processes)
+def test_resume_after_the_driver_was_sigkilled(
+    uncentred: MatrixFactorizationProblem, reference: HamsiResult, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "driver.py"
+    script.write_text(_CRASHING_DRIVER)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run"), "processes"], env=env, timeout=600, check=False
+    )
+    assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / "run" / "hamsi_state.npz").is_file()
+    res = hamsi_distributed(
+        uncentred, 2, checkpoint_dir=tmp_path / "run", checkpoint_every=5, resume=True, **KW
+    )
+    _same(reference, res)
+
+
 @pytest.mark.slow  # worker start-ups and a 5 s stall: ~40 s on the shared machine; .ci/run runs it
 def test_processes_engine_recovers_killed_and_stalled_workers(
     uncentred: MatrixFactorizationProblem, reference: HamsiResult
