@@ -149,9 +149,9 @@ class MFRecommender(BaseEstimator):
         (``Ratings.bounds``, e.g. 1-5 for MovieLens) or else the observed training range.
     solver : {"hamsi", "mbgd", "hamsi_distributed"}, default "hamsi"
         ``"hamsi_distributed"`` (one shard per thread, ``n_shards = n_threads`` unless given in
-        ``solver_options``) has no restart safeguard, stopping tolerance or time budget: it
-        runs ``max_iter`` epochs with warm-up steps bounded by the data's largest bias curvature
-        and quasi-Newton steps halved (``beta_floor=2``).
+        ``solver_options``, e.g. with ``{"engine": "ray"}``) has no time budget; its warm-up
+        steps are bounded by the data's largest bias curvature and its quasi-Newton steps halved
+        (``beta_floor=2``).
     max_iter : int, default 500
         Maximum number of epochs.
     time_budget : float or None, default None
@@ -319,12 +319,15 @@ class MFRecommender(BaseEstimator):
         }
         if self.solver == "hamsi_distributed":
             opts.setdefault("n_shards", max(1, int(self.n_threads)))
-            # no restart safeguard on this path: bound the first warm-up step by the inverse of the
-            # largest curvature of a bias coordinate, w x (most ratings of one user or item)
+            # bound the first warm-up step by the inverse of the largest curvature of a bias
+            # coordinate, w x (most ratings of one user or item)
             most = max(int(np.bincount(train.rows).max()), int(np.bincount(train.cols).max()))
             g_gd = float(opts.get("gamma_gd", 0.51))
             opts.setdefault("eta_gd", max(0.001, (2.0 * most / train.n_ratings) ** (1.0 / g_gd)))
             opts.setdefault("beta_floor", 2.0)  # and halve the quasi-Newton steps (small data overshot)
+            opts.setdefault("tol", check_nonneg(self.tol, "tol"))
+            opts.setdefault("patience", check_int(self.patience, "patience"))
+            opts.setdefault("early_stopping", bool(self.early_stopping))
             res = hamsi_distributed(problem, **common, **opts)
         else:
             common.update(
