@@ -61,7 +61,7 @@ def flower() -> None:
           + ", ".join(f"{r:.1f}" for r in rounds))  # fmt: skip
     print(f"site handler (median): {t['site_handler_s_median']:.2f} s; ClientApp process age at the handler "
           f"(median): {t['site_process_age_at_handler_s_median']:.2f} s")  # fmt: skip
-    print(f"inprocess: {t['inprocess_run_s']:.3f} s, processes: {t['processes_run_s']:.1f} s (same job, same run)")
+    print(f"inprocess: {t['inprocess_run_s']:.3f} s (same job, same run)")
 
 
 def main() -> None:

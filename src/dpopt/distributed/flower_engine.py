@@ -569,6 +569,14 @@ def _snapshot(program: Any) -> Any:
 _PROGRAMS: dict[tuple[str, int, int], tuple[Any, str]] = {}
 
 
+def _keep_program(key: tuple[str, int, int], program: Any, snap_digest: str) -> None:
+    """Cache ``program`` for the next message of its shard; older launches of that shard are dropped
+    (a long-lived site worker keeps at most one program per shard index)."""
+    for old in [k for k in _PROGRAMS if k[1] == key[1] and k != key]:
+        del _PROGRAMS[old]
+    _PROGRAMS[key] = (program, snap_digest)
+
+
 def _digest(*parts: Any) -> str:
     import hashlib
 
@@ -640,7 +648,7 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         snap = _snapshot(program)
         state[key] = {"spec": bytes(cfg["spec"]), "factory": str(cfg["factory"]), "snap": snap,
                       "epoch": epoch, "run": run, "noise": noise}  # fmt: skip
-        _PROGRAMS[(run, shard, epoch)] = (program, _digest(safe_dumps(snap)))
+        _keep_program((run, shard, epoch), program, _digest(safe_dumps(snap)))
         described = program.call("describe") if base is None and hasattr(program, "spec") else None
         return np.asarray(out), {"plan": plan, "describe": described}
     if key not in state:
@@ -668,7 +676,7 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
                 _SiteBudget(policy, [s.name for s in spec.sites]).charge_round(str(held["noise"]), t, digest, inc[t])
         out, diag = program.step(t, inputs)
         held["snap"] = _snapshot(program)
-        _PROGRAMS[(run, shard, epoch)] = (program, _digest(safe_dumps(held["snap"])))
+        _keep_program((run, shard, epoch), program, _digest(safe_dumps(held["snap"])))
         return np.asarray(out), diag
     if op == "call":
         name = str(cfg["name"])
@@ -676,9 +684,9 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         result = program.call(name, *args)
         if name == "restore":
             held["snap"] = _snapshot(program)
-            _PROGRAMS[(run, shard, epoch)] = (program, _digest(safe_dumps(held["snap"])))
+            _keep_program((run, shard, epoch), program, _digest(safe_dumps(held["snap"])))
             return np.asarray(result), None
-        _PROGRAMS[(run, shard, epoch)] = (program, snap_digest)
+        _keep_program((run, shard, epoch), program, snap_digest)
         return None, result
     raise MessageRefused("message refused: unknown operation")
 
