@@ -12,9 +12,9 @@ and prints its timings: the coordinator's run, each message round, and, from the
 median time of dpopt's handler and the age of the ClientApp process when the handler started
 (Flower's start-up of the process: interpreter, flwr, app bundle, imports).  The test's run also
 kills one site's SuperNode after its first round and restarts it, so the run includes one
-recovery (its message rounds are listed too; compare medians).
+recovery (its message rounds are listed too; compare medians), unless ``--no-kill`` is given.
 
-    python benchmarks/bench_flower_job.py --flower
+    python benchmarks/bench_flower_job.py --flower [--no-kill]
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ def flower() -> None:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "timings.json"
         env = {**os.environ, "DPOPT_FLOWER_TIMINGS": str(out), "PYTHONPATH": str(root / "src")}
+        if "--no-kill" in sys.argv[1:]:
+            env["DPOPT_FLOWER_TEST_NO_KILL"] = "1"
         subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-m", "slow", "-p", "no:cacheprovider",
              "tests/test_flower_federation.py::test_flower_run_equals_inprocess"],
@@ -55,7 +57,8 @@ def flower() -> None:
         )  # fmt: skip
         t = json.loads(out.read_text())
     rounds = t["message_round_s"]
-    print(f"flower run (ServerApp, wall): {t['flower_run_s']:.1f} s for {t['rounds']} ADMM rounds")
+    killed = " (one site killed and restarted mid-run)" if t.get("killed") else ""
+    print(f"flower run (ServerApp, wall): {t['flower_run_s']:.1f} s for {t['rounds']} ADMM rounds{killed}")
     print(f"dpopt admm run (submit to result, wall): {t['dpopt_admm_run_wall_s']:.1f} s")
     print(f"message rounds: {len(rounds)}, median {statistics.median(rounds):.1f} s: "
           + ", ".join(f"{r:.1f}" for r in rounds))  # fmt: skip

@@ -43,6 +43,10 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 N_SITES = 3
 ROUNDS = 3
 BUDGET = 5.0  # each site's per-node cap (the run's plan: P(T) = 0.38)
+#: Kill site1's SuperNode mid-run and restart it (about 2-3 more minutes: the SuperLink accepts the
+#: restarted SuperNode only once the killed one's heartbeat has expired); DPOPT_FLOWER_TEST_NO_KILL=1
+#: skips that part (e.g. to time the run alone).
+KILL = os.environ.get("DPOPT_FLOWER_TEST_NO_KILL") != "1"
 
 LOADER = '''
 import os
@@ -278,13 +282,14 @@ def test_flower_run_equals_inprocess(federation) -> None:
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 600
-        while "op=step" not in federation.log("site1") and time.monotonic() < deadline:
+        while KILL and "op=step" not in federation.log("site1") and time.monotonic() < deadline:
             assert coordinator.poll() is None, coordinator.communicate()[1].decode()[-2000:]
             time.sleep(0.5)
-        assert "op=step" in federation.log("site1"), federation.log("site1")[-3000:]
-        federation.kill("site1")  # SuperNode, SuperExec and ClientApp of site1, mid-run
-        time.sleep(5)
-        federation.serve_site(1, "site1-restarted")
+        if KILL:
+            assert "op=step" in federation.log("site1"), federation.log("site1")[-3000:]
+            federation.kill("site1")  # SuperNode, SuperExec, ClientApp and worker of site1, mid-run
+            time.sleep(5)
+            federation.serve_site(1, "site1-restarted")
         stdout, stderr = coordinator.communicate(timeout=1000)
     finally:
         if coordinator.poll() is None:
@@ -304,7 +309,7 @@ def test_flower_run_equals_inprocess(federation) -> None:
     handler = [float(m) for text in logs for m in re.findall(r"op=(?:init|step|call) handler=([0-9.]+) s", text)]
     age = [float(m) for text in logs for m in re.findall(r"op=clientapp-start handler=\S+ s process_age=([0-9.]+) s", text)]
     rounds = got["message_rounds"].tolist()
-    timings = {"flower_run_s": float(got["seconds"]), "dpopt_admm_run_wall_s": wall, "rounds": ROUNDS,
+    timings = {"flower_run_s": float(got["seconds"]), "dpopt_admm_run_wall_s": wall, "rounds": ROUNDS, "killed": KILL,
                "message_rounds": len(rounds), "message_round_s": rounds,
                "site_handler_s_median": float(np.median(handler)), "site_process_age_at_handler_s_median": float(np.median(age)),
                **local}  # fmt: skip
@@ -315,8 +320,9 @@ def test_flower_run_equals_inprocess(federation) -> None:
     assert np.array_equal(got["models"], ref.models)  # type: ignore[attr-defined]
     assert np.array_equal(got["models_history"], ref.models_history)  # type: ignore[attr-defined]
     assert float(got["epsilon"]) == ref.privacy.epsilon  # type: ignore[attr-defined]
-    assert "op=step" in federation.log("site1-restarted")  # the restarted site ran the replayed rounds
-    assert int(got["recoveries"]) >= 1
+    if KILL:
+        assert "op=step" in federation.log("site1-restarted")  # the restarted site ran the replayed rounds
+        assert int(got["recoveries"]) >= 1
     for k in range(N_SITES):  # each site recorded its own rounds; its figure is the coordinator's P_i(T)
         ledger = Ledger("sqlite:///" + str(federation.root / f"site{k}-ledger.db"))
         assert len(ledger.history(f"site{k}")) == ROUNDS
