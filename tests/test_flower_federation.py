@@ -151,6 +151,7 @@ class Federation:
             "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONPATH": os.pathsep.join([str(SRC), str(root)]),
             "FLWR_HOME": str(self.home),
+            "TMPDIR": str(root),  # the sites' worker directories: removed with the test's files
             "OMP_NUM_THREADS": "1",
             "OPENBLAS_NUM_THREADS": "1",
         }
