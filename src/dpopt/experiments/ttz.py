@@ -128,7 +128,8 @@ def _sweep_plot(records: Sequence[Mapping[str, Any]], out: Path, stem: str, titl
         if rel:
             ax = axes.flat[1]
             draw_lines(ax, rel, x=x, y="relative", by="algorithm", spread="sem", logx=True, logy=True)
-            ax.axhline(0.3, color="k", linestyle=":", linewidth=1)
+            xs = [float(r[x]) for r in rel]  # hlines, not axhline: it stretched the log x-axis to 1
+            ax.hlines(0.3, min(xs), max(xs), color="k", linestyle=":", linewidth=1)
             ax.set_ylabel("excess / excess of the trivial output")
             ax.set_title("saturation check: points above the dotted line (0.3) are not used in slope fits",
                          fontsize=9)  # fmt: skip

@@ -232,7 +232,8 @@ def _by_sweep_plot(
         axes.flat[0].set_title(f"{title}: excess vs {label}", fontsize=10)
         rel = [{**r, "relative": r["excess"] / r["trivial_excess"]} for r in sub]
         draw_lines(axes.flat[1], rel, x=sweep, y="relative", by="algorithm", spread="sem", logx=True, logy=True)
-        axes.flat[1].axhline(0.3, color="k", linestyle=":", linewidth=1)
+        xs = [float(r[sweep]) for r in rel]
+        axes.flat[1].hlines(0.3, min(xs), max(xs), color="k", linestyle=":", linewidth=1)
         axes.flat[1].set_xlabel(label)
         axes.flat[1].set_ylabel("excess / excess of the trivial output")
         axes.flat[1].set_title("saturation check (dotted: 0.3)", fontsize=10)
