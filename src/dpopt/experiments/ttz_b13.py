@@ -217,11 +217,11 @@ def run_e7(cfg: GroupConfig, rng: np.random.Generator) -> Iterator[Record]:
 
 
 def _by_sweep_plot(
-    records: Sequence[Mapping[str, Any]], out: Path, stem: str, sweeps: Sequence[tuple[str, str]], title: str
+    records: Sequence[Mapping[str, Any]], out: Path, stem: str, sweeps: Sequence[tuple[str, str, str]], title: str
 ) -> list[Path]:
-    """Excess (left) and excess / trivial excess (right) vs each sweep variable."""
+    """Excess (left) and excess / trivial excess (right) vs each sweep variable (file ``stem-vs-suffix``)."""
     figs = []
-    for sweep, label in sweeps:
+    for sweep, label, suffix in sweeps:
         sub = [r for r in records if r.get("sweep") == sweep]
         if not sub:
             continue
@@ -237,17 +237,17 @@ def _by_sweep_plot(
         axes.flat[1].set_xlabel(label)
         axes.flat[1].set_ylabel("excess / excess of the trivial output")
         axes.flat[1].set_title("saturation check (dotted: 0.3)", fontsize=10)
-        figs.append(save_figure(fig, out / f"{stem}-vs-{sweep}.png"))
+        figs.append(save_figure(fig, out / f"{stem}-vs-{suffix}.png"))
     return figs
 
 
 def plot_e6(records: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
-    return _by_sweep_plot(records, out, "ttz-b13-e6", [("m", "side m (p = m²)")], "nuclear ball")
+    return _by_sweep_plot(records, out, "ttz-b13-e6", [("m", "side m (p = m²)", "m")], "nuclear ball")
 
 
 def plot_e7(records: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
     return _by_sweep_plot(
-        records, out, "ttz-b13-e7", [("k", "block size k"), ("K", "number of blocks K")], "group-l1 ball"
+        records, out, "ttz-b13-e7", [("k", "block size k", "block-size"), ("K", "number of blocks K", "blocks")], "group-l1 ball"
     )
 
 
