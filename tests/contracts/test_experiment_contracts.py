@@ -45,6 +45,7 @@ SLOW_AT_QUICK_SCALE: dict[str, float] = {
     "coa-fig14": 12.0,
     "hamsi-fig3.5": 12.0,  # also run by dpopt tour
     "hamsi-heldout": 10.0,
+    "ttz-b13-e4": 10.0,  # 2026-11-26, load ~10
     "coa-fig1": 9.5,
 }
 

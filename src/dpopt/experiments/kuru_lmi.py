@@ -262,8 +262,8 @@ class RateConfig:
     the data, only on the declared bounds); ``"inverse_L"`` = α = 1/L (effective step β/L).
     """
 
-    betas: tuple[float, ...] = (0.02, 0.1, 0.3, 1.0)
-    kappas: tuple[float, ...] = (2.0, 13.5, 100.0)
+    betas: tuple[float, ...] = (0.02, 0.3, 1.0)
+    kappas: tuple[float, ...] = (2.0, 100.0)
     kappa_betas: tuple[float, ...] = (0.1, 1.0)
     steps: tuple[str, ...] = ("noise_aware",)
     epsilon: float = 1.0

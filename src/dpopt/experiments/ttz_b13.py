@@ -90,13 +90,13 @@ def _record(prob: ERMProblem, res: Any, X: Any, y: np.ndarray, lstar: float, **f
 class FWGaussianConfig:
     """E4 sweeps: n at p = p_fixed, p at n = n_fixed (squared loss, ‖x‖₂ <= 1, |y| <= 1)."""
 
-    n_values: tuple[int, ...] = (500, 1500)
+    n_values: tuple[int, ...] = (500, 1000)
     p_fixed: int = 20
-    p_values: tuple[int, ...] = (10, 50)
+    p_values: tuple[int, ...] = (10, 30)
     n_fixed: int = 500
     epsilon: float = 1.0
     delta: float = 1e-6
-    max_iterations: int = 2000
+    max_iterations: int = 500
 
 
 def run_e4(cfg: FWGaussianConfig, rng: np.random.Generator) -> Iterator[Record]:
