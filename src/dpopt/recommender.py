@@ -335,7 +335,7 @@ class MFRecommender(BaseEstimator):
             opts.setdefault("eta_gd", max(0.001, (2.0 * most / train.n_ratings) ** (1.0 / g_gd)))
             opts.setdefault("beta_floor", 2.0)  # and halve the quasi-Newton steps (small data overshot)
             opts.setdefault("tol", check_nonneg(self.tol, "tol"))
-            opts.setdefault("patience", check_int(self.patience, "patience"))
+            opts.setdefault("patience", 5 if self.patience is None else check_int(self.patience, "patience"))
             opts.setdefault("early_stopping", bool(self.early_stopping))
             res = hamsi_distributed(problem, **common, **opts)
         elif self.solver == "als":
