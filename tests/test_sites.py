@@ -132,14 +132,79 @@ def test_sites_on_processes_engine_never_send_rows_to_the_driver(driver_pid, wor
 
 def test_site_checks_happen_at_the_site(driver_pid, tmp_path, workers) -> None:
     x, y = make_rows(3, 30, DIM)
-    np.savez(tmp_path / "big.npz", X=3.0 * x, y=y)  # row norms up to 3
+    np.savez(tmp_path / "big.npz", X=3.0 * x, y=y)  # row norms up to 3: the site scales them to the bound
     sites = [*_sites()[:3], Site("big", loader=str(tmp_path / "big.npz"))]
+    res = _alg().run(sites, rng=7, engine=workers)
+    assert np.isfinite(res.privacy.epsilon)
+    # in memory the check runs in the caller's own process, and a violation still raises
     with pytest.raises(Exception, match="norm"):
-        _alg().run(sites, rng=7, engine=workers)
+        _alg().run([*_pairs()[:3], (3.0 * x, y)], rng=7, engine="inprocess")
     np.savez(tmp_path / "wide.npz", X=np.zeros((30, DIM + 1)), y=y)
     sites = [*_sites()[:3], Site("wide", loader=str(tmp_path / "wide.npz"))]
     with pytest.raises(InvalidParameterError, match="feature space"):
         _alg().run(sites, rng=7, engine=workers)
+
+
+class SpyInProcessEngine(InProcessEngine):
+    """Records (pickled) everything the sites' shard programs hand back to the driver."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.received: list[bytes] = []
+
+    def step(self, t: int) -> list[Any]:
+        out = super().step(t)
+        self.received.append(pickle.dumps(out))
+        return out
+
+    def call(self, name: str, *args: Any) -> list[Any]:
+        out = super().call(name, *args)
+        self.received.append(pickle.dumps((name, out)))
+        return out
+
+
+def _driver_view(tmp_path, planted: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[list[bytes], list[bytes]]:
+    """What the driver receives from a run whose site 3 holds rows inside the bound, and from the same
+    run where two of those rows lie outside it (4x and 8x, which the site maps back onto the bound
+    exactly).  ``planted`` adds the old leak: the probe reports whether the rows were within the bound."""
+    from dpopt.distributed import sites as sites_mod
+
+    if planted:
+        honest = sites_mod.SiteShard.call
+
+        def leaky(self: Any, name: str, *args: Any) -> Any:
+            out = honest(self, name, *args)
+            if name == "describe":
+                for d, (x, _) in zip(out, self.rows, strict=True):
+                    d["norm_ok"] = bool(np.linalg.norm(x, axis=1).max() <= 1.0 + 1e-9)
+            return out
+
+        monkeypatch.setattr(sites_mod.SiteShard, "call", leaky)
+    x, y = make_rows(3, 30, DIM)
+    x[0], x[1] = np.eye(DIM)[0], -np.eye(DIM)[1]  # norm exactly 1: on the boundary
+    views = []
+    for scale, name in ((1.0, "inside"), (None, "outside")):
+        xv = x.copy()
+        if scale is None:
+            xv[0] *= 4.0
+            xv[1] *= 8.0  # powers of two: mapping back onto the ball is exact
+        np.savez(tmp_path / f"{name}.npz", X=xv, y=y)
+        sites = [Site(f"s{i}", loader="site_loaders:make_rows", kwargs={"seed": 10 + i, "n_rows": b, "dim": DIM})
+                 for i, b in enumerate(SIZES[:3])]  # fmt: skip
+        sites.append(Site("s3", loader=str(tmp_path / f"{name}.npz")))
+        eng = SpyInProcessEngine()
+        res = _alg().run(sites, rng=11, engine=eng)
+        assert np.isfinite(res.privacy.epsilon)
+        views.append(eng.received)
+    return views[0], views[1]
+
+
+def test_driver_sees_nothing_about_the_norm_bound(tmp_path, monkeypatch) -> None:
+    inside, outside = _driver_view(tmp_path, planted=False, monkeypatch=monkeypatch)
+    assert len(inside) > 5 and inside == outside  # byte for byte: the probe and every round
+    # power: a site that reports the yes/no (the leak this replaced) is caught by the same comparison
+    inside, outside = _driver_view(tmp_path, planted=True, monkeypatch=monkeypatch)
+    assert inside != outside
 
 
 def test_site_loader_error_names_the_site(driver_pid, workers) -> None:

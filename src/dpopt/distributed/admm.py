@@ -273,11 +273,29 @@ def centralized_solution(
 # ----------------------------------------------------------------------------------------------
 
 
-def _node_rows(x: Array, y: Array, bound: float = math.inf) -> tuple[Array, Array]:
-    """A node's (X_i, y_i) as the shard program wants them, rows clipped to ``bound`` (module level: runs in
-    site workers; no copy unless clipping is needed)."""
+def _enforce_rows(x: Array, bound: float, tol: float = _NORM_TOL) -> Array:
+    """Rows with l2 norm above ``bound·(1 + tol)`` scaled down to norm ``bound``; the others unchanged.
+
+    The per-row map a site applies to enforce the declared feature bound (it depends only on the row
+    and the public bound).  Rows the in-memory check accepts (norm <= bound·(1 + tol), the float
+    tolerance ``_NORM_TOL``) are left bit-identical, so a site run equals the in-memory run on data
+    within the bound.
+    """
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+    over = norms > bound * (1.0 + tol)
+    if not np.any(over):
+        return x
+    return np.asarray(x * np.where(over, bound / np.where(over, norms, 1.0), 1.0)[:, None])
+
+
+def _node_rows(x: Array, y: Array, bound: float = math.inf, clip: bool = True) -> tuple[Array, Array]:
+    """A node's (X_i, y_i) as the shard program wants them, rows mapped onto the ball of radius ``bound``
+    (``clip``: projected, as ``DataBounds(clip=True)``; else :func:`_enforce_rows`, which keeps rows within
+    the float tolerance).  Module level: runs in site workers; no copy unless a row is outside."""
     xa = np.asarray(x, dtype=np.float64)
-    return (_clip_rows(xa, bound) if bound < math.inf else xa), np.asarray(y, dtype=np.float64)
+    if bound < math.inf:
+        xa = _clip_rows(xa, bound) if clip else _enforce_rows(xa, bound)
+    return xa, np.asarray(y, dtype=np.float64)
 
 
 def _draw_key(g: np.random.Generator | SecureRNG | None) -> tuple[int, int]:
@@ -426,8 +444,8 @@ class PrivateADMM:
         ``l2_penalty`` λ > 0, used as ρ = C·N·λ so that for even splits Z(1) is C·N times the
         problem's objective (1/n)Σℓ + (λ/2)‖f‖².  The privacy constants come from the declared bounds:
         c₁ = sup φ''·X², G = sup |φ'|·X with X = ``bounds.feature_norm`` (see
-        :func:`~dpopt.distributed.admm_privacy.loss_constants`); rows above X are refused (or clipped
-        with ``DataBounds(clip=True)``).
+        :func:`~dpopt.distributed.admm_privacy.loss_constants`); in-memory rows above X are refused
+        (or clipped with ``DataBounds(clip=True)``); sites always map their rows onto the ball of radius X.
 
     Examples
     --------
@@ -724,8 +742,13 @@ class PrivateADMM:
             driver (simulations, reproductions).  :class:`~dpopt.distributed.sites.Site` objects:
             each site's rows are loaded inside the worker that hosts it (on Ray, an actor placed on
             the machine offering the resource ``site:NAME``); the driver only learns the public
-            node sizes B_i, the dimension, whether the declared bounds hold (yes/no), and the
-            released primals.  Sites sharing a ``group`` share a worker; shards = site groups.
+            node sizes B_i, the dimension and the released primals.  Each site enforces the
+            declared feature bound itself: its rows are mapped onto the ball of radius
+            ``problem.bounds.feature_norm`` (rows inside it unchanged, rows outside scaled down
+            to it; a per-row map, as with ``DataBounds(clip=True)``), so no yes/no about the
+            bound leaves a site.  In-memory pairs are checked in the caller's process instead:
+            a row above the bound raises unless ``clip=True``.  Sites sharing a ``group`` share a
+            worker; shards = site groups.
         rng : int, Generator, "secure" or None
             Run key for initialisation and noise (every draw keyed by node, round and purpose).
             ``None`` and ``"secure"`` draw the key from the operating system's CSPRNG (the noise
@@ -825,13 +848,8 @@ class PrivateADMM:
                     )
                 placement = [{sites[int(i)].resource: 1.0 for i in grp} for grp in groups]
                 eng = make_engine(engine)
-                probe = [
-                    SiteShardSpec(
-                        sites=tuple(sites[int(i)] for i in grp),
-                        norm_bound=xb * (1.0 + _NORM_TOL) if clip_to == math.inf else math.inf,
-                    )
-                    for grp in groups
-                ]
+                # the probe learns only B_i and d (public); the bound is enforced at the sites (to_rows)
+                probe = [SiteShardSpec(sites=tuple(sites[int(i)] for i in grp)) for grp in groups]
                 eng.start(make_site_shard, probe, [()] * len(groups), placement=placement)
                 described = [d for part in eng.call("describe") for d in part]
                 by_name = {d["name"]: d for d in described}
@@ -842,7 +860,7 @@ class PrivateADMM:
                         "data: the sites do not share one feature space (their dimensions differ)"
                     )
                 dim = dims.pop()
-                norms_ok = all(d["norm_ok"] for d in described)
+                norms_ok = True  # every site maps its rows onto the declared ball (see _node_rows)
             private = self.method in _PRIVATE
             notes: list[str] = []
             claim_holds = True
@@ -950,7 +968,7 @@ class PrivateADMM:
                         base=spec,
                         factory=_admm_node.make_shard,
                         data_field="data",
-                        to_rows=functools.partial(_node_rows, bound=clip_to),
+                        to_rows=functools.partial(_node_rows, bound=xb, clip=clip_to < math.inf),
                         diagnostics=site_diagnostics,
                     )
                     for grp, spec in zip(groups, specs, strict=True)

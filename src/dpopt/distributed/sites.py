@@ -6,11 +6,15 @@ A :class:`Site` describes *how to load* a site's data, not the data: a loader
 description is all the driver holds and sends; the loader runs inside the worker that hosts the
 site (a local process, or a Ray actor placed on the site's machine through the custom resource
 ``site:NAME``), so the site's rows never enter the driver's process.  What comes back to the driver:
-per site its number of rows B_i (public in the replace-one privacy model), the dimension and
-whether the rows satisfy the declared bounds (a yes/no, never a value; as with in-memory data, a
-violation stops the run before anything is released, so this one bit per site is not covered by
-the guarantee: sites should enforce the bound, e.g. by scaling rows to norm <= 1, in their
-loader), then, each round, the released primal vectors.
+per site its number of rows B_i (public in the replace-one privacy model) and the dimension d
+of the declared feature space, then, each round, the released primal vectors.  Nothing else about
+the rows: a site does not report whether its rows satisfy the declared feature-norm bound, it
+*enforces* the bound by mapping every row onto the declared ball before the run (a per-row map
+that depends only on the row and the public bound, like ``DataBounds(clip=True)``), so rows
+inside the bound are used unchanged and a row outside it is scaled down to the bound; no bit
+about it leaves the site.  (A site whose data is malformed, e.g. non-finite values or labels
+other than ±1, still stops the run with an error naming the site: that failure is visible to the
+driver, before any noise is drawn.)
 
 Several small sites may share one worker (``group=``): the worker then asks for every site's
 resource, so Ray places it on a machine that holds all of them, and a site's data never leaves
@@ -31,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,8 +197,9 @@ class SiteShardSpec:
     ``base`` is the algorithm's shard spec with its data field left empty (``None`` for the probe
     job that only reports the sites' public description); ``data_field`` names that field and
     ``to_rows`` turns a site's ``(X, y)`` into its value; ``factory`` builds the algorithm's
-    shard program from the completed spec.  ``norm_bound`` is the declared bound on the rows' l2
-    norms that ``describe`` checks (yes/no), ``binary_labels`` whether labels must be ±1.
+    shard program from the completed spec (the algorithm passes a ``to_rows`` that maps every row
+    onto the declared feature ball, so the bound is enforced at the site and never reported);
+    ``binary_labels`` whether labels must be ±1.
     """
 
     sites: tuple[Site, ...]
@@ -203,7 +207,6 @@ class SiteShardSpec:
     factory: Callable[[Any], Any] | None = None
     data_field: str = "xy"
     to_rows: Callable[[Array, Array], Any] | None = None
-    norm_bound: float = math.inf
     diagnostics: bool = False
     binary_labels: bool = True
 
@@ -218,8 +221,10 @@ def _key(site: Site) -> tuple[str, str, str]:
 class SiteShard:
     """Shard program hosting sites: loads their rows here, then runs the algorithm's program.
 
-    In the probe job (``spec.base is None``) it only answers ``call("describe")``; the rows it
-    loaded are kept in this worker for the run job that follows (and dropped when it starts).
+    In the probe job (``spec.base is None``) it only answers ``call("describe")`` with each site's
+    name, row count and dimension (the public quantities of the privacy model; nothing computed
+    from the values of the rows); the rows it loaded are kept in this worker for the run job that
+    follows (and dropped when it starts).
     In the run job the algorithm's diagnostics computed on the rows (losses, gradient norms) are
     withheld unless ``spec.diagnostics``: only the released vectors leave the site.
     """
@@ -258,12 +263,7 @@ class SiteShard:
     def call(self, name: str, *args: Any) -> Any:
         if name == "describe":
             return [
-                {
-                    "name": site.name,
-                    "n_rows": int(x.shape[0]),
-                    "dim": int(x.shape[1]),
-                    "norm_ok": bool(np.sqrt(np.einsum("ij,ij->i", x, x)).max() <= self.spec.norm_bound),
-                }
+                {"name": site.name, "n_rows": int(x.shape[0]), "dim": int(x.shape[1])}
                 for site, (x, _) in zip(self.spec.sites, self.rows, strict=True)
             ]
         if name == "forget":
