@@ -53,6 +53,7 @@ from dpopt.accounting import (
 from dpopt.distributed import _admm_node
 from dpopt.distributed._admm_node import LocalSolveError, ShardSpec, logistic_newton
 from dpopt.distributed.admm_privacy import (
+    PublicSchedule,
     calibrate_noise_rate,
     default_problem,
     exact_solve_note,
@@ -60,6 +61,7 @@ from dpopt.distributed.admm_privacy import (
     pp_privacy_bound,
     pp_privacy_bound_geometric,
     primal_privacy_bound,
+    public_pp_schedule,
 )
 from dpopt.distributed.checkpoint import CheckpointError, RunStore, fingerprint_arrays
 from dpopt.distributed.engines import Engine, EngineError, make_engine
@@ -83,6 +85,7 @@ __all__ = [
     "LocalSolveError",
     "Method",
     "PrivateADMM",
+    "PublicSchedule",
     "RoundInfo",
     "Schedule",
     "Site",
@@ -92,6 +95,7 @@ __all__ = [
     "pp_privacy_bound",
     "pp_privacy_bound_geometric",
     "primal_privacy_bound",
+    "public_pp_schedule",
 ]
 
 Array = NDArray[np.float64]
@@ -192,6 +196,20 @@ class ADMMResult:
     def average_model(self) -> Array:
         """Mean of the final models (post-processing of released values: no extra privacy cost)."""
         return np.asarray(self.models.mean(axis=0))
+
+    def round_average(self, start: int = 1) -> Array:
+        """Mean of the released models over rounds ``start``..T and all nodes (needs ``record_models=True``).
+
+        Post-processing of released values: no extra privacy cost.  Each round's penalty-perturbation
+        noise moves the released models by about d/α; averaging the last rounds averages it out
+        (:func:`~dpopt.distributed.admm_privacy.public_pp_schedule` gives the ``start`` it was tuned with).
+        """
+        if self.models_history is None:
+            raise InvalidParameterError("round_average: run with record_models=True")
+        last = self.models_history.shape[0] - 1
+        if int(start) != start or not 0 <= start <= last:
+            raise InvalidParameterError(f"start: expected a round in 0..{last}")
+        return np.asarray(self.models_history[int(start) :].mean(axis=(0, 1)))
 
     @property
     def worst_node(self) -> int:
@@ -863,6 +881,11 @@ class PrivateADMM:
                 norms_ok = True  # every site maps its rows onto the declared ball (see _node_rows)
             private = self.method in _PRIVATE
             notes: list[str] = []
+            if sites is not None and math.isfinite(xb):
+                notes.append(
+                    f"each site maps its rows onto the declared ball ‖x‖₂ <= {xb:g} (rows inside unchanged, rows "
+                    "outside scaled down to it); no site reports whether any row was outside"
+                )
             claim_holds = True
             if private:
                 fails = self._assumption_failures(norms_ok, sizes)

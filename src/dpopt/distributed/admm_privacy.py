@@ -5,6 +5,8 @@
 * :func:`pp_privacy_bound_geometric`: its closed form for geometric schedules (spec §4.7);
 * :func:`primal_privacy_bound`: primal-variable (output) perturbation of each local solve;
 * :func:`calibrate_noise_rate`: the least noise meeting a budget;
+* :func:`public_pp_schedule`: a constant per-node penalty schedule for PP chosen from public
+  quantities only (the alternative to the paper's growing penalty);
 * :func:`exact_solve_note`: what the bounds assume about the local solves (spec §7.2 A3).
 """
 
@@ -26,6 +28,7 @@ __all__ = [
     "EXACT_SOLVE_TOL",
     "LOGISTIC_C1",
     "LossConstants",
+    "PublicSchedule",
     "calibrate_noise_rate",
     "default_problem",
     "exact_solve_note",
@@ -33,6 +36,7 @@ __all__ = [
     "pp_privacy_bound",
     "pp_privacy_bound_geometric",
     "primal_privacy_bound",
+    "public_pp_schedule",
 ]
 
 Array = NDArray[np.float64]
@@ -291,3 +295,134 @@ def calibrate_noise_rate(
             f"{float(base.max()):.4g}; increase the penalties, C·T budget or ε"
         )
     return float(np.min((eps - base) / slope))
+
+
+@dataclass(frozen=True)
+class PublicSchedule:
+    """A PP/DVP schedule chosen by :func:`public_pp_schedule` (every field a public quantity).
+
+    Attributes
+    ----------
+    penalty : ndarray of shape (N,)
+        Constant penalty η_i of each node (pass as ``penalty=``; for DVP pass ``theta=`` a shared value).
+    theta : float
+        Shared dual step θ = min_i η_i (a shared θ keeps Σλ_i = 0, so the consensus is the minimiser),
+        raised when Thm 4.1's θ-condition 2c₁ < (B_i/C)(Cλ + 2θV_i) needs more (then every η_i below
+        it is raised to θ, which only lowers those nodes' bounds).
+    max_iter : int
+        T, the number of rounds.
+    noise_rate : float
+        The rate α every node's noise gets once ``budget=Budget(epsilon)`` calibrates it (for the record).
+    progress : ndarray of shape (N,)
+        Σ_t C/(2η_iV_i): how far, in units of the mean loss's gradient, node i's prox steps can move in T rounds.
+    average_from : int
+        First round of the released models to average (:meth:`ADMMResult.round_average`); post-processing.
+    """
+
+    penalty: Array
+    theta: float
+    max_iter: int
+    noise_rate: float
+    progress: Array
+    average_from: int
+
+    def kwargs(self, method: str = "pp") -> dict[str, object]:
+        """Keyword arguments of :class:`~dpopt.distributed.admm.PrivateADMM` (``"pp"`` or ``"dvp"``)."""
+        if method == "dvp":
+            return {"theta": float(self.penalty.max()), "max_iter": self.max_iter}
+        return {"penalty": self.penalty.copy(), "theta": self.theta, "max_iter": self.max_iter}
+
+
+def public_pp_schedule(
+    epsilon: float | Budget,
+    *,
+    degrees: ArrayLike,
+    sizes: ArrayLike,
+    loss_weight: float,
+    l2_penalty: float,
+    n_rounds: int = 5,
+    min_noise_rate: float = 5.0,
+    shared: bool = False,
+    inexact_fraction: float = 0.01,
+    c1: float = LOGISTIC_C1,
+    lipschitz: float = 1.0,
+) -> PublicSchedule:
+    """A constant-penalty PP schedule from public quantities: ε, the graph, the declared node sizes, λ.
+
+    The paper's schedule η(t) = θ·q₁^(t−1) makes each round cheaper but freezes the iterates (the
+    local solves stop seeing the data as η grows).  Here every node keeps a constant η_i chosen so
+    that, with one noise rate α shared by all nodes, each node's bound of Thm 4.1 spends exactly the
+    budget in T rounds:
+
+        P_i(T) = T·C·(1.4c₁ + G·α) / (η_i V_i B_i) = ε/(1 + inexact_fraction).
+
+    Then a node's prox steps move its model by C/(2η_iV_i) = ε'B_i / (2T(1.4c₁ + Gα)) per round (in
+    units of its mean loss's gradient), so its total progress H_i = ε'B_i/(2(1.4c₁ + Gα)) does not
+    depend on T: T only decides how often noise is added (fewer rounds, less accumulated noise) and
+    α trades noise (‖ε‖ ≈ d/α per round) against progress.  The rule asks for the progress the
+    problem needs, 1/λ (the inverse strong convexity of the mean objective, λ = ``l2_penalty``), on
+    the smallest node, but never lets α fall below ``min_noise_rate``:
+
+        α = max(min_noise_rate, ε'·min_i B_i·λ/2 − 1.4c₁/G).
+
+    ``min_noise_rate = 5`` and ``n_rounds = 5`` were chosen on a validation split of the training
+    file of UCI Adult (never on its test file; docs/admm_utility.md says how): fewer rounds were
+    better at every size tried (5, 10 and 20 rounds; 3 only at 100 sites).  Use it with
+    ``budget=Budget(epsilon)`` (the run calibrates α itself and recovers this one), and score
+    :meth:`ADMMResult.round_average` from ``average_from`` (post-processing, no privacy cost).
+
+    Parameters
+    ----------
+    epsilon : float or Budget
+        Whole-run per-node budget (pure ε).
+    degrees, sizes : array of shape (N,)
+        V_i and the declared B_i (public in the replace-one model).
+    loss_weight, l2_penalty : float
+        C and λ of the problem (ρ = C·N·λ).
+    n_rounds : int, default 5
+    min_noise_rate : float, default 5.0
+    shared : bool, default False
+        One η for every node (the most demanding node's): for DVP, whose η ≡ θ must be shared.
+    inexact_fraction, c1, lipschitz : float
+        As in :class:`~dpopt.distributed.admm.PrivateADMM` / :func:`loss_constants`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> s = public_pp_schedule(1.0, degrees=np.array([1, 2, 1]), sizes=np.array([600, 500, 800]),
+    ...                        loss_weight=10.0, l2_penalty=1e-3)
+    >>> s.max_iter, round(s.noise_rate, 2), s.penalty.shape
+    (5, 5.0, (3,))
+    """
+    eps = epsilon.epsilon if isinstance(epsilon, Budget) else check_positive(epsilon, "epsilon")
+    if not (inexact_fraction >= 0):
+        raise InvalidParameterError("inexact_fraction: must be >= 0")
+    eps_exact = eps / (1.0 + float(inexact_fraction))
+    v = np.asarray(degrees, dtype=float)
+    b = np.asarray(sizes, dtype=float)
+    if v.shape != b.shape or v.ndim != 1 or np.any(v <= 0) or np.any(b <= 0):
+        raise InvalidParameterError("degrees, sizes: one positive value per node each")
+    if int(n_rounds) != n_rounds or n_rounds < 1:
+        raise InvalidParameterError("n_rounds: expected a positive integer")
+    lam = check_positive(l2_penalty, "l2_penalty")
+    c = check_positive(loss_weight, "loss_weight")
+    jac = 1.4 * c1 / lipschitz
+    alpha = max(check_positive(min_noise_rate, "min_noise_rate"), eps_exact * float(b.min()) * lam / 2.0 - jac)
+    # a hair under the budget so that calibration (min over nodes) lands on this α, not above ε
+    eta = n_rounds * c * (1.4 * c1 + lipschitz * alpha) / (eps_exact * (1.0 - 1e-9) * v * b)
+    if shared:
+        eta = np.full_like(eta, eta.max())
+    # Thm 4.1's θ-condition 2c₁ < (B_i/C)(ρ/N + 2θV_i), ρ/N = Cλ, with θ <= every η_i: raise θ (and any
+    # η_i below it; a larger η_i only lowers that node's bound) when the smallest nodes need it
+    theta_needed = float(np.max(c * (2.0 * c1 / b - lam) / (2.0 * v)))
+    theta = max(float(eta.min()), 1.01 * theta_needed)
+    eta = np.maximum(eta, theta)
+    progress = n_rounds * c / (2.0 * eta * v)
+    return PublicSchedule(
+        penalty=eta,
+        theta=theta,
+        max_iter=int(n_rounds),
+        noise_rate=float(alpha),
+        progress=progress,
+        average_from=int(n_rounds) // 2 + 1,
+    )
