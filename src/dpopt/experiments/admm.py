@@ -447,7 +447,176 @@ register(
         tables=tables_pp,
     )
 )
-if "admm-fig2" not in TOUR:
-    TOUR.append("admm-fig2")
+
+
+# ----------------------------------------------------------------------------------------------
+# The tour's panel: PP and DVP with the public schedule (they converge), against training alone
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TourADMMConfig:
+    """5 sites of UCI Adult, the public schedule (:func:`~dpopt.distributed.admm.public_pp_schedule`)."""
+
+    n_nodes: int = 5
+    edge_prob: float = 0.5
+    rows_per_node: int = 1000
+    held_out_rows: int = 5000
+    epsilon: float = 5.0
+    n_rounds: int = 10
+    #: above the library's default floor (5): less noise per round, so the loss decreases every round
+    min_noise_rate: float = 20.0
+    loss_weight: float = 10.0
+    l2_penalty: float = 1e-3
+    topology_seed: int = 2018
+    split_seed: int = 2018
+
+
+TOUR_ADMM_DESCRIPTION = (
+    "Private ADMM on 5 sites of UCI Adult: does the model improve round by round, and is it better "
+    "than each site training alone at the same privacy budget?\n\n"
+    "Five data owners (1,000 rows each) cannot pool their rows. They train one logistic-regression "
+    "model together by exchanging only noisy model vectors with their neighbours in a graph, for a "
+    "fixed number of rounds; the noise is calibrated so that the whole run costs each site the ε "
+    "stated in the settings (penalty perturbation, PP; dual-variable perturbation, DVP). The "
+    "penalties follow dpopt's public schedule (public_pp_schedule: constant per-site penalties chosen "
+    "from ε, the graph, the site sizes and the regulariser, never from the data; here with the noise "
+    "rate at least 20, so that each round's noise is small and the loss falls every round), and the model "
+    "scored at round t is the average of the released models of rounds t/2..t (post-processing: no "
+    "extra privacy cost).\n\n"
+    "Left: the logistic loss of that model on 5,000 held-out rows, per round. 'M-ADMM' is the same "
+    "schedule without noise (what the optimisation alone reaches); the dashed line is the mean loss "
+    "of the sites' own private models, each trained alone on its 1,000 rows with dpopt.minimize at "
+    "the same ε. A private curve below the dashed line means collaborating paid off. Right: the "
+    "privacy bound P(t) spent so far; it reaches ε at the last round. (The reproduction of the "
+    "paper's own figure, with its growing penalty and fixed noise, is admm-fig2; there the loss of "
+    "each node's noisy model rises, because every released model carries noise of norm about d/α.)"
+)
+
+
+def run_tour_admm(cfg: TourADMMConfig, rng: np.random.Generator) -> Iterator[Record]:
+    """Per round: held-out loss of the running round-average model for PP, DVP and noise-free M-ADMM."""
+    from dpopt import minimize
+    from dpopt.accounting import Budget
+    from dpopt.distributed.admm import public_pp_schedule
+    from dpopt.problems import DataBounds, ERMProblem
+
+    x, y, label = _load()
+    order = np.random.default_rng(cfg.split_seed).permutation(x.shape[0])
+    n, b = cfg.n_nodes, cfg.rows_per_node
+    data = [(x[order[i * b : (i + 1) * b]], y[order[i * b : (i + 1) * b]]) for i in range(n)]
+    held = order[n * b : n * b + cfg.held_out_rows]
+    xh, yh = x[held], y[held]
+    topo = erdos_renyi(n, cfg.edge_prob, rng=cfg.topology_seed)
+    sizes = np.full(n, b)
+
+    def loss(w: np.ndarray) -> float:
+        return float(np.mean(np.logaddexp(0.0, -yh * (xh @ w))))
+
+    problem = ERMProblem("logistic", DataBounds(feature_norm=1.0, label_bound=1.0), l2_penalty=cfg.l2_penalty)
+    alone = [
+        loss(minimize(problem, a, c, budget=Budget(cfg.epsilon, 0.0), rng=int(rng.integers(2**31))).solution)
+        for a, c in data
+    ]
+    common = {"data": label, "n_nodes": n, "rows_per_node": b, "epsilon": cfg.epsilon, "alone_loss": float(np.mean(alone))}
+    reg = cfg.loss_weight * n * cfg.l2_penalty
+    for method in ("PP", "DVP", "M-ADMM"):
+        sch = public_pp_schedule(
+            cfg.epsilon, degrees=topo.degrees, sizes=sizes, loss_weight=cfg.loss_weight,
+            l2_penalty=cfg.l2_penalty, n_rounds=cfg.n_rounds, min_noise_rate=cfg.min_noise_rate,
+            shared=method == "DVP",
+        )  # fmt: skip
+        kw: dict[str, Any] = sch.kwargs("dvp" if method == "DVP" else "pp")
+        if method != "M-ADMM":
+            kw["budget"] = Budget(cfg.epsilon, 0.0)
+        kw["method"] = {"PP": "pp", "DVP": "dvp"}.get(method, "m-admm")
+        alg = PrivateADMM(topo, loss_weight=cfg.loss_weight, reg=reg, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            res = alg.run(data, rng=int(rng.integers(2**31)), record_models=True)
+        hist = res.models_history
+        assert hist is not None
+        for t in range(1, res.rounds + 1):
+            avg = hist[t // 2 + 1 if t > 1 else 1 : t + 1].mean(axis=(0, 1))
+            yield {
+                **common,
+                "method": method,
+                "round": t,
+                "held_out_loss": loss(avg),
+                "held_out_accuracy": float(np.mean((xh @ avg) * yh > 0)),
+                "privacy_bound": float(res.privacy_history[t - 1]) if method != "M-ADMM" else float("nan"),
+            }
+
+
+_TOUR_STYLE = {"PP": ("#2ca02c", "PP"), "DVP": ("#1f77b4", "DVP"), "M-ADMM": ("#ff7f0e", "M-ADMM (no noise)")}
+
+
+def _per_round(records: Sequence[Mapping[str, Any]], method: str, key: str) -> tuple[list[int], list[float]]:
+    rounds = sorted({int(r["round"]) for r in records if r["method"] == method})
+    means = [float(np.mean([r[key] for r in records if r["method"] == method and r["round"] == t])) for t in rounds]
+    return rounds, means
+
+
+def plot_tour_admm(records: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
+    fig, axes = new_figure(1, 2, figsize=(11, 4.3))
+    for method, (colour, label) in _TOUR_STYLE.items():
+        t, v = _per_round(records, method, "held_out_loss")
+        if t:
+            axes[0, 0].plot(t, v, "o-", color=colour, label=label)
+        if t and method != "M-ADMM":
+            axes[0, 1].plot(*_per_round(records, method, "privacy_bound"), "o-", color=colour, label=label)
+    ax = axes[0, 0]
+    alone = [float(r["alone_loss"]) for r in records]
+    if alone:
+        ax.axhline(float(np.mean(alone)), color="#555", linestyle="--", label="each site alone (same ε)")
+    eps = sorted({r["epsilon"] for r in records})
+    ax.set_xlabel("round t")
+    ax.set_ylabel("held-out logistic loss of the averaged model")
+    ax.set_title(f"Loss per round, ε = {', '.join(f'{e:g}' for e in eps)} per site (whole run)", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    ax = axes[0, 1]
+    ax.set_xlabel("round t")
+    ax.set_ylabel("privacy bound P(t) spent so far")
+    ax.set_title("Privacy spent (PP and DVP on one line): ε at the last round", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return [save_figure(fig, out_dir / "tour-admm.png")]
+
+
+def tables_tour_admm(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Record]]]:
+    last = max((r["round"] for r in records), default=0)
+    rows: list[Record] = []
+    for method in ("PP", "DVP", "M-ADMM"):
+        rs = [r for r in records if r["method"] == method and r["round"] == last]
+        first = [r for r in records if r["method"] == method and r["round"] == 1]
+        if not rs:
+            continue
+        rows.append(
+            {
+                "method": method,
+                "loss, round 1": round(float(np.mean([r["held_out_loss"] for r in first])), 4),
+                f"loss, round {last}": round(float(np.mean([r["held_out_loss"] for r in rs])), 4),
+                "each site alone": round(float(np.mean([r["alone_loss"] for r in rs])), 4),
+                f"accuracy, round {last}": round(float(np.mean([r["held_out_accuracy"] for r in rs])), 4),
+                "runs": len(rs),
+            }
+        )
+    return [("Held-out loss of the averaged model (mean over runs)", rows)]
+
+
+register(
+    Experiment(
+        name="tour-admm",
+        description=TOUR_ADMM_DESCRIPTION,
+        seed_doc="seed 004 (PP and DVP), dpopt's public schedule (issue 14)",
+        run=run_tour_admm,
+        configs={"quick": TourADMMConfig(), "paper": TourADMMConfig(rows_per_node=6000, held_out_rows=15000, epsilon=2.0, min_noise_rate=5.0)},
+        plot=plot_tour_admm,
+        tables=tables_tour_admm,
+    )
+)
+if "tour-admm" not in TOUR:
+    TOUR.append("tour-admm")
 
 __all__ = ["Fig1Config", "PPConfig", "SplitConfig", "run_fig1", "run_pp"]
