@@ -114,12 +114,15 @@ def test_make_engine() -> None:
 
 
 @pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'dpopt[ray]')")
-def test_ray_local_cluster_bit_identical_and_recovers(problem, reference) -> None:
+def test_ray_local_cluster_bit_identical_and_recovers(problem, reference, monkeypatch) -> None:
     import ray
 
     from dpopt.distributed.engines import RayEngine
 
     alg, data = problem
+    # dpopt starts its own private cluster: an address in the environment (or a cluster that
+    # `ray start` left on the machine) is joined only when address= asks for it
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
     with RayEngine(2, num_cpus=2) as eng:
         killed: list[int] = []
 

@@ -24,8 +24,9 @@ Engines
     driver through pipes.
 ``"ray"`` (:class:`RayEngine`, extra ``dpopt[ray]``)
     One Ray actor per shard (never one per node); published arrays stay in Ray's object store and
-    are handed actor-to-actor as object references.  Starts a local cluster
-    (``ray.init(num_cpus=...)``) unless one is running or ``address=`` names one.
+    are handed actor-to-actor as object references.  Starts its own private local cluster
+    (``ray.init(address="local", num_cpus=...)``) unless Ray is already initialized in this process
+    or ``address=`` names a cluster to join (``"auto"`` joins the one ``ray start`` started).
 
 Placement: :meth:`Engine.start` takes ``placement[s]``, the custom resources shard ``s`` needs
 (``{"site:NAME": 1}`` for the sites it hosts, see :mod:`dpopt.distributed.sites`); the Ray engine
@@ -660,8 +661,9 @@ class RayEngine(Engine):
         Number of actors = number of shards an algorithm should create.
     address : str or None
         Address of an existing cluster (``"auto"`` or ``"ray://host:port"``).  When None and Ray is
-        not initialized, a local cluster with ``num_cpus`` CPUs is started and shut down on
-        :meth:`close`; a reaper process kills it if the driver dies without closing it.
+        not initialized, a new private local cluster with ``num_cpus`` CPUs is started (never a
+        cluster found on the machine or in ``RAY_ADDRESS``: joining one is an explicit choice) and
+        shut down on :meth:`close`; a reaper process kills it if the driver dies without closing it.
     num_cpus : int or None
         CPUs of the local cluster started by dpopt (default: ``n_actors * cpus_per_actor``).
     cpus_per_actor : float, default 1
@@ -720,7 +722,7 @@ class RayEngine(Engine):
                 from dpopt.distributed import _reaper
 
                 before = _reaper.child_pids()
-                ray.init(num_cpus=cpus, **kw)
+                ray.init(address="local", num_cpus=cpus, **kw)
                 self._started_ray = True
                 self._reaper = _reaper.start_reaper(_reaper.child_pids() - before)
         self._actor_cls = ray.remote(_ShardHost)
