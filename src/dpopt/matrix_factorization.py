@@ -125,6 +125,15 @@ class MatrixFactorizationProblem:
         Predictions are clipped to this interval (e.g. the rating scale ``(1, 5)``) by
         :meth:`predict` and by the held-out RMSE (``rmse(..., ratings=...)``); the training
         objective and the training RMSE use the unclipped model.
+    l2_weighting : {"uniform", "count"}, default "uniform"
+        ``"uniform"``: every row and column has the ridge weights ``l2`` / ``l2_bias``.
+        ``"count"``: row ``a``'s weights are multiplied by its number of training ratings ``n_a``
+        (and column ``b``'s by ``n_b``): the "weighted-λ" regularization of ALS-WR (Zhou et al.,
+        2008), which Spark MLlib's ALS uses; the ridge part becomes
+        ``(λ/2) Σ_a n_a ‖U_a‖² + (λ/2) Σ_b n_b ‖V_b‖²`` (biases alike with ``λ_b``).  Its ``λ`` is
+        on a per-rating scale, so good values are about ``1 / (mean ratings per row)`` times the
+        uniform ones.  Supported by :func:`dpopt.solvers.als.als` and by :meth:`loss` /
+        :meth:`gradient`; HAMSI, mb-GD and the distributed path raise for it.
 
     Attributes
     ----------
@@ -165,6 +174,7 @@ class MatrixFactorizationProblem:
     l2_bias: float | None = None
     offset: float | None = None
     clip: tuple[float, float] | None = None
+    l2_weighting: Literal["uniform", "count"] = "uniform"
     # derived: the kernels' stratified layout
     rows: NDArray[np.int64] = field(init=False, repr=False)
     cols: NDArray[np.int64] = field(init=False, repr=False)
@@ -183,6 +193,11 @@ class MatrixFactorizationProblem:
         object.__setattr__(self, "l2", check_nonneg(self.l2, "l2"))
         if self.scaling not in ("mean", "sum"):
             raise InvalidParameterError("scaling: must be 'mean' (1/(2|Ω|) Σ r², default) or 'sum' (Σ r²)")
+        if self.l2_weighting not in ("uniform", "count"):
+            raise InvalidParameterError(
+                "l2_weighting: must be 'uniform' (one ridge weight for all rows) or 'count' "
+                "(ridge times each row's/column's number of ratings, ALS-WR)"
+            )
         if not isinstance(self.bias, bool | np.bool_):
             raise InvalidParameterError("bias: expected True or False")
         object.__setattr__(self, "bias", bool(self.bias))
@@ -238,6 +253,23 @@ class MatrixFactorizationProblem:
         object.__setattr__(self, "_ptr", ptr)
 
     @property
+    def counts(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Training ratings per row and per column (float arrays of lengths ``shape``)."""
+        n_rows, n_cols = self.shape
+        return (
+            np.bincount(self.rows, minlength=n_rows).astype(np.float64),
+            np.bincount(self.cols, minlength=n_cols).astype(np.float64),
+        )
+
+    def _require_uniform(self, solver: str) -> None:
+        """Raise for a count-weighted ridge in solvers that only implement the uniform one."""
+        if self.l2_weighting != "uniform":
+            raise InvalidParameterError(
+                f"l2_weighting='{self.l2_weighting}' is implemented by the 'als' solver only; "
+                f"{solver} supports l2_weighting='uniform'"
+            )
+
+    @property
     def _reg_U(self) -> NDArray[np.float64]:
         """Per-column ridge weights of the working row factors ``[U | p | 1]`` (biased model)."""
         reg = np.full(self.width, self.l2)
@@ -271,6 +303,7 @@ class MatrixFactorizationProblem:
         l2_bias: float | None = None,
         offset: float | None = None,
         clip: tuple[float, float] | None = None,
+        l2_weighting: Literal["uniform", "count"] = "uniform",
     ) -> MatrixFactorizationProblem:
         """Build the problem from zero-based coordinate arrays (checked: out-of-range ids raise).
 
@@ -303,7 +336,7 @@ class MatrixFactorizationProblem:
         ratings = Ratings(rows=rr, cols=cc, values=vv, shape=shp, name="user")
         return cls(
             ratings, rank, l2=l2, scaling=scaling, allow_empty=allow_empty, grid=grid, bias=bias,
-            l2_bias=l2_bias, offset=offset, clip=clip,
+            l2_bias=l2_bias, offset=offset, clip=clip, l2_weighting=l2_weighting,
         )  # fmt: skip
 
     @classmethod
@@ -600,6 +633,14 @@ class MatrixFactorizationProblem:
     ) -> None:
         """Add ``share`` times the ridge gradient to ``(gU, gV)`` in place (zeroing the fixed columns)."""
         k = _kernels()
+        if self.l2_weighting == "count":
+            nr, nc = self.counts
+            gU += share * (nr[:, None] * self._reg_U[None, :]) * U
+            gV += share * (nc[:, None] * self._reg_V[None, :]) * V
+            if self.bias:
+                gU[:, self.rank + 1] = 0.0
+                gV[:, self.rank] = 0.0
+            return
         if self.bias:
             L = self.rank
             k.regularize(gU, U, share * self._reg_U, L + 1)
@@ -616,6 +657,11 @@ class MatrixFactorizationProblem:
     def ridge(self, U: Any, V: Any) -> float:
         """The ridge part of the objective, ``(λ/2)(‖U‖² + ‖V‖²) + (λ_b/2)(‖p‖² + ‖q‖²)``."""
         U_, V_ = self._check_factors(U, V)
+        if self.l2_weighting == "count":
+            nr, nc = self.counts
+            return 0.5 * float(
+                np.einsum("i,ij,ij,j->", nr, U_, U_, self._reg_U) + np.einsum("i,ij,ij,j->", nc, V_, V_, self._reg_V)
+            )
         if self.bias:
             return 0.5 * float(
                 np.einsum("ij,ij,j->", U_, U_, self._reg_U) + np.einsum("ij,ij,j->", V_, V_, self._reg_V)

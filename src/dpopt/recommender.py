@@ -143,6 +143,12 @@ class MFRecommender(BaseEstimator):
         training ratings.  :func:`tune` picks it on a validation split.
     l2_bias : float or None, default None
         Ridge weight of the biases (same scale); ``None`` uses ``l2``.
+    l2_weighting : {"uniform", "count"}, default "uniform"
+        ``"count"``: each user's and item's ridge weights are multiplied by its number of training
+        ratings (ALS-WR, as Spark MLlib's ALS; ``l2`` is then per rating, typically 0.01-0.3).
+        ``None`` ``l2`` then defaults to the uniform default times ``(n_users + n_items) / (2 n)``
+        (the same total ridge when all factors have equal norms).  Only ``solver="als"`` supports
+        it (the other solvers raise).  :func:`tune` can choose it on a validation split.
     bias : bool, default True
         Fit user and item biases and the global mean (``False``: plain ``U V^T``, no offset).
     clip : "auto", (float, float) or None, default "auto"
@@ -228,6 +234,7 @@ class MFRecommender(BaseEstimator):
         *,
         l2: float | None = None,
         l2_bias: float | None = None,
+        l2_weighting: Literal["uniform", "count"] = "uniform",
         bias: bool = True,
         clip: Literal["auto"] | tuple[float, float] | None = "auto",
         solver: Literal["als", "hamsi", "mbgd", "hamsi_distributed"] = "als",
@@ -245,6 +252,7 @@ class MFRecommender(BaseEstimator):
         self.rank = rank
         self.l2 = l2
         self.l2_bias = l2_bias
+        self.l2_weighting = l2_weighting
         self.bias = bias
         self.clip = clip
         self.solver = solver
@@ -312,12 +320,20 @@ class MFRecommender(BaseEstimator):
                 val = None
         if self.early_stopping and val is None:
             raise InvalidParameterError("early_stopping: the validation split is empty; use more ratings")
+        if self.l2_weighting not in ("uniform", "count"):
+            raise InvalidParameterError("l2_weighting: must be 'uniform' or 'count'")
         std = float(np.std(train.values))
-        lam = DEFAULT_L2_PER_STD * max(std, 1e-12) if self.l2 is None else check_nonneg(self.l2, "l2")
+        if self.l2 is None:
+            lam = DEFAULT_L2_PER_STD * max(std, 1e-12)
+            if self.l2_weighting == "count":
+                lam *= (train.shape[0] + train.shape[1]) / (2.0 * train.n_ratings)
+        else:
+            lam = check_nonneg(self.l2, "l2")
         lam_b = lam if self.l2_bias is None else check_nonneg(self.l2_bias, "l2_bias")
         clip = self._resolve_clip(bounds, train.values)
         problem = MatrixFactorizationProblem.from_als_lambda(
-            train, rank, lam, lam_bias=lam_b, bias=bool(self.bias), clip=clip, allow_empty=True
+            train, rank, lam, lam_bias=lam_b, bias=bool(self.bias), clip=clip, allow_empty=True,
+            l2_weighting=self.l2_weighting,
         )
         opts = dict(self.solver_options or {})
         common: dict[str, Any] = {
@@ -370,6 +386,7 @@ class MFRecommender(BaseEstimator):
         self.clip_ = clip
         self.l2_ = lam
         self.l2_bias_ = lam_b
+        self.l2_weighting_ = self.l2_weighting
         self.result_ = res
         self._set_seen(full.rows, full.cols)
         return self
@@ -508,6 +525,8 @@ class MFRecommender(BaseEstimator):
         ridge = np.full(feats.shape[1], self.l2_)
         if has_bias:
             ridge[L] = self.l2_bias_
+        if getattr(self, "l2_weighting_", "uniform") == "count":
+            ridge *= ci.shape[0]  # ALS-WR: the user's ridge times their number of ratings
         A = feats.T @ feats + np.diag(np.maximum(ridge, 1e-12))
         sol = np.linalg.solve(A, feats.T @ target) if ci.shape[0] else np.zeros(feats.shape[1])
         u, p = sol[:L], (float(sol[L]) if has_bias else 0.0)
@@ -545,7 +564,7 @@ class MFRecommender(BaseEstimator):
         unicode), ``user_factors``, ``item_factors``, ``user_bias``, ``item_bias`` (float64),
         ``seen_indptr``, ``seen_items`` (int64, the training items of every user, CSR) and
         ``metadata``, a 0-d unicode array holding JSON: ``{"format": "dpopt.MFRecommender",
-        "version": 1, "global_mean", "clip", "l2", "l2_bias", "rank", "params"}``.  Readers must
+        "version": 1, "global_mean", "clip", "l2", "l2_bias", "l2_weighting", "rank", "params"}`` (``l2_weighting`` absent: ``"uniform"``).  Readers must
         check ``format`` and ``version``; a new version is issued for any incompatible change.
         """
         self._check_fitted()
@@ -557,6 +576,7 @@ class MFRecommender(BaseEstimator):
             "clip": list(self.clip_) if self.clip_ is not None else None,
             "l2": self.l2_,
             "l2_bias": self.l2_bias_,
+            "l2_weighting": getattr(self, "l2_weighting_", "uniform"),
             "rank": int(self.user_factors_.shape[1]),
             "params": {k: (list(v) if isinstance(v, tuple) else v) for k, v in params.items()},
         }
@@ -616,6 +636,7 @@ class MFRecommender(BaseEstimator):
         model.clip_ = tuple(meta["clip"]) if meta.get("clip") is not None else None
         model.l2_ = float(meta["l2"])
         model.l2_bias_ = float(meta["l2_bias"])
+        model.l2_weighting_ = str(meta.get("l2_weighting", "uniform"))
         model.result_ = None
         return model
 
@@ -628,10 +649,11 @@ class TuningResult:
     Attributes
     ----------
     best_params : dict
-        ``{"rank": ..., "l2": ...}`` of the lowest validation RMSE.
+        ``{"rank": ..., "l2": ..., "l2_weighting": ...}`` of the lowest validation RMSE.
     best_rmse : float
     table : tuple of (rank, l2, validation RMSE, epochs) tuples
-        Every candidate, in the order tried.
+        Every candidate, in the order tried (the ``count_l2s`` ones after the ``l2s`` ones of
+        each rank).
     model : MFRecommender
         The best candidate refitted on *all* the ratings given (``refit=True``) or as fitted on
         the training part of the split.
@@ -648,6 +670,7 @@ def tune(
     *,
     ranks: Sequence[int] = (10,),
     l2s: Sequence[float] = (1.0, 3.0, 5.0, 10.0, 15.0, 25.0),
+    count_l2s: Sequence[float] = (),
     validation_fraction: float = 0.2,
     refit: bool = True,
     rng: RNGLike = None,
@@ -663,7 +686,10 @@ def tune(
     ----------
     ratings : Ratings, (user_ids, item_ids, values), (n, 3) array or data frame
     ranks, l2s : sequences
-        Candidates (``l2`` on the ALS scale, see :class:`MFRecommender`).
+        Candidates (``l2`` on the ALS scale, see :class:`MFRecommender`), with the uniform ridge.
+    count_l2s : sequence, default ()
+        Further ``l2`` candidates with ``l2_weighting="count"`` (ALS-WR; per-rating scale, e.g.
+        0.01-0.3); the validation RMSE decides between the two weightings as between ``l2`` values.
     validation_fraction : float, default 0.2
     refit : bool, default True
         Refit the best candidate on all of ``ratings`` (for the number of epochs of its best
@@ -685,7 +711,7 @@ def tune(
     (2, 2)
     """
     frac = check_probability(validation_fraction, "validation_fraction", open_left=True)
-    if not ranks or not l2s:
+    if not ranks or not (l2s or count_l2s):
         raise InvalidParameterError("ranks, l2s: need at least one candidate each")
     users, items, values, bounds = _as_triples(ratings)
     uid, rows = np.unique(users, return_inverse=True)
@@ -699,15 +725,16 @@ def tune(
     if val.n_ratings == 0:
         raise InvalidParameterError("ratings: too few ratings to carve a validation split")
     seed = int(r_fit.integers(2**31))
-    params = {k: v for k, v in params.items() if k not in ("early_stopping", "rank", "l2")}
+    params = {k: v for k, v in params.items() if k not in ("early_stopping", "rank", "l2", "l2_weighting")}
     table = []
-    best: tuple[float, int, float, int] | None = None
+    best: tuple[float, int, float, int, str] | None = None
+    cands = [(float(lam), "uniform") for lam in l2s] + [(float(lam), "count") for lam in count_l2s]
     tr = (uid[train.rows], iid[train.cols], train.values)
     va = (uid[val.rows], iid[val.cols], val.values)
     for rank in ranks:
-        for lam in l2s:
+        for lam, wt in cands:
             m = MFRecommender(rank=check_int(rank, "rank"), l2=check_positive(lam, "l2"), rng=seed,
-                              early_stopping=True, **params)  # fmt: skip
+                              early_stopping=True, l2_weighting=wt, **params)  # fmt: skip
             m.fit(tr, validation=va)
             res = m.result_
             assert res is not None and res.history_test_rmse is not None
@@ -715,15 +742,17 @@ def tune(
             rmse, epochs = float(res.history_test_rmse[j]), int(res.history_epoch[j])
             table.append((int(rank), float(lam), rmse, epochs))
             if best is None or rmse < best[0]:
-                best = (rmse, int(rank), float(lam), epochs)
+                best = (rmse, int(rank), float(lam), epochs, wt)
     assert best is not None
-    rmse, rank, lam, epochs = best
+    rmse, rank, lam, epochs, wt = best
     if refit:
         params.pop("max_iter", None)
         params.pop("patience", None)
-        model = MFRecommender(rank=rank, l2=lam, rng=seed, max_iter=max(epochs, 1), patience=10**9, **params)
+        model = MFRecommender(rank=rank, l2=lam, rng=seed, max_iter=max(epochs, 1), patience=10**9,
+                              l2_weighting=wt, **params)  # type: ignore[arg-type]  # fmt: skip
         model.fit((users, items, values) if not bounds else ratings)
     else:
-        model = MFRecommender(rank=rank, l2=lam, rng=seed, early_stopping=True, **params)
+        model = MFRecommender(rank=rank, l2=lam, rng=seed, early_stopping=True, l2_weighting=wt,  # type: ignore[arg-type]
+                              **params)  # fmt: skip
         model.fit(tr, validation=va)
-    return TuningResult({"rank": rank, "l2": lam}, rmse, tuple(table), model)
+    return TuningResult({"rank": rank, "l2": lam, "l2_weighting": wt}, rmse, tuple(table), model)

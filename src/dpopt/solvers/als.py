@@ -76,11 +76,12 @@ def _gather(other, vals, order, idx_out, val_out):  # pragma: no cover - compile
 
 
 @njit(**_OPTS)
-def _solve_rows(F, G, indptr, idx, vals, free, fixed, reg, lo, hi, sse):  # pragma: no cover - compiled
+def _solve_rows(F, G, indptr, idx, vals, free, fixed, reg, per_count, lo, hi, sse):  # pragma: no cover - compiled
     """Ridge solve of rows ``lo .. hi - 1`` of ``F`` against the fixed factors ``G``.
 
     Row ``a``'s free entries ``x = F[a, free]`` minimise ``Σ_t (r_t - G[c_t, free]·x)² + Σ_j reg_j x_j²``
-    with ``r_t = vals[t] - G[c_t, fixed] F[a, fixed]`` (no fixed column when ``fixed < 0``).  The
+    with ``r_t = vals[t] - G[c_t, fixed] F[a, fixed]`` (no fixed column when ``fixed < 0``); with
+    ``per_count`` the ridge is ``n_a reg_j`` (``n_a`` the row's number of ratings, ALS-WR).  The
     row's sum of squared residuals at the solution is written to ``sse[a]``.
     """
     k = free.shape[0]
@@ -125,8 +126,9 @@ def _solve_rows(F, G, indptr, idx, vals, free, fixed, reg, lo, hi, sse):  # prag
                 A[j, m] = acc
         # Cholesky A = L Lᵀ in the lower triangle (a tiny jitter keeps singular rows finite)
         big = 0.0
+        scale = float(n) if per_count else 1.0
         for j in range(k):
-            A[j, j] += reg[j]
+            A[j, j] += reg[j] * scale
             big = max(big, A[j, j])
         tiny = 1e-12 * big + 1e-300
         for j in range(k):
@@ -156,7 +158,7 @@ def _solve_rows(F, G, indptr, idx, vals, free, fixed, reg, lo, hi, sse):  # prag
         for j in range(k):
             F[a, free[j]] = g[j]
             xb += g[j] * b[j]
-            xrx += reg[j] * g[j] * g[j]
+            xrx += reg[j] * scale * g[j] * g[j]
         sse[a] = max(rr - xb - xrx, 0.0)
 
 
@@ -169,7 +171,7 @@ def warmup() -> None:
         val = np.empty(2)
         _gather(kk, np.ones(2), order, idx, val)
         _solve_rows(np.ones((2, 3)), np.ones((2, 3)), indptr, idx, val, np.array([0, 1], dtype=np.int64),
-                    2, np.ones(2), 0, 2, np.zeros(2))  # fmt: skip
+                    2, np.ones(2), False, 0, 2, np.zeros(2))  # fmt: skip
 
 
 # ============================================================================ sweeps
@@ -192,6 +194,10 @@ class _Sides:
             self.fixed_U = self.fixed_V = -1
         self.reg_U = np.ascontiguousarray(problem._reg_U[self.free_U] * lam)
         self.reg_V = np.ascontiguousarray(problem._reg_V[self.free_V] * lam)
+        self.per_count = problem.l2_weighting == "count"
+        # per-row multipliers of the ridge weights (ALS-WR: the row's rating count)
+        self.mult_U = np.diff(self.by_row[0]).astype(np.float64) if self.per_count else np.ones(n_rows)
+        self.mult_V = np.diff(self.by_col[0]).astype(np.float64) if self.per_count else np.ones(n_cols)
         self.sse_U = np.zeros(n_rows)
         self.sse_V = np.zeros(n_cols)
 
@@ -232,10 +238,10 @@ class _Sweeper:
         )
         if self._pool is None:
             for lo, hi in chunks:
-                _solve_rows(F, G, indptr, idx, vals, free, fixed, reg, lo, hi, sse)
+                _solve_rows(F, G, indptr, idx, vals, free, fixed, reg, s.per_count, lo, hi, sse)
             return
         futures = [
-            self._pool.submit(_solve_rows, F, G, indptr, idx, vals, free, fixed, reg, lo, hi, sse)
+            self._pool.submit(_solve_rows, F, G, indptr, idx, vals, free, fixed, reg, s.per_count, lo, hi, sse)
             for lo, hi in chunks
         ]
         for fut in futures:
@@ -256,10 +262,11 @@ class _Sweeper:
 def _objective_als(
     problem: MatrixFactorizationProblem, sides: _Sides, U: Float, V: Float, sse: float
 ) -> float:
-    """``Σ r² + Σ_j λ_j ‖column j‖²`` (the objective on the ALS scale: ``f / (w/2)``)."""
+    """``Σ r² + Σ_a m_a Σ_j λ_j U_aj² + (columns alike)`` (the objective on the ALS scale: ``f / (w/2)``;
+    ``m_a`` is 1, or the row's rating count with ``l2_weighting="count"``)."""
     return sse + float(
-        np.einsum("ij,ij,j->", U[:, sides.free_U], U[:, sides.free_U], sides.reg_U)
-        + np.einsum("ij,ij,j->", V[:, sides.free_V], V[:, sides.free_V], sides.reg_V)
+        np.einsum("i,ij,ij,j->", sides.mult_U, U[:, sides.free_U], U[:, sides.free_U], sides.reg_U)
+        + np.einsum("i,ij,ij,j->", sides.mult_V, V[:, sides.free_V], V[:, sides.free_V], sides.reg_V)
     )
 
 

@@ -238,6 +238,7 @@ def _run(
         raise InvalidParameterError(
             "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
         )
+    problem._require_uniform('hamsi and mbgd (use solver="als")')
     if schedule not in ("det", "stoc"):
         raise InvalidParameterError("schedule: must be 'det' (cyclic shift) or 'stoc' (shuffling)")
     if beta_counter not in ("outer", "inner"):

@@ -373,6 +373,7 @@ def hamsi_distributed(
         raise InvalidParameterError(
             "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
         )
+    problem._require_uniform('hamsi_distributed (use solver="als")')
     P = check_int(n_shards, "n_shards")
     if schedule not in ("det", "stoc"):
         raise InvalidParameterError("schedule: must be 'det' (cyclic shift) or 'stoc' (shuffling)")
