@@ -98,3 +98,53 @@ def test_empty_rows_zero_ridge_and_warm_start_for_hamsi() -> None:
     warm = hamsi(p, init=(U, V), max_iter=3, rng=0)
     cold = hamsi(p, init_scale=None, max_iter=3, rng=0)
     assert warm.rmse < cold.rmse
+
+
+def test_count_weighted_ridge_row_solve_gradient_and_stationarity() -> None:
+    """ALS-WR (``l2_weighting="count"``): each row's ridge is ``λ n_a``."""
+    r = shifted(60, 40, 2, 0.4, rng=3)
+    lam = 0.2
+    p = MatrixFactorizationProblem.from_als_lambda(r, 2, lam, bias=True, l2_weighting="count")
+    U0, V0 = p.init_factors(rng=1, scale=0.5)
+    U1, _ = als_sweeps(p, U0, V0, 1)
+    a = 7
+    mask = r.rows == a
+    n_a = int(mask.sum())
+    cols, y = r.cols[mask], r.values[mask] - p.offset
+    L = p.rank
+    X = np.hstack([V0[cols, :L], np.ones((cols.shape[0], 1))])
+    t = y - V0[cols, L + 1]
+    sol = np.linalg.solve(X.T @ X + lam * n_a * np.eye(L + 1), X.T @ t)
+    np.testing.assert_allclose(U1[a, : L + 1], sol, rtol=1e-9, atol=1e-12)
+    # planted wrong weights are refuted: the uniform ridge λ, and the column count of the item side
+    for wrong_w in (lam, lam * r.n_ratings / r.shape[1] / 1.0):
+        wrong = np.linalg.solve(X.T @ X + wrong_w * np.eye(L + 1), X.T @ t)
+        assert not np.allclose(U1[a, : L + 1], wrong, rtol=1e-6)
+    # the problem's gradient is the one of its loss (central differences on a few coordinates)
+    U, V = p.init_factors(rng=2, scale=0.5)
+    gU, gV = p.gradient(U, V)
+    h = 1e-6
+    for M, G, i, j in ((U, gU, 3, 0), (U, gU, 5, L), (V, gV, 4, 1), (V, gV, 9, L + 1)):
+        Mp, Mm = M.copy(), M.copy()
+        Mp[i, j] += h
+        Mm[i, j] -= h
+        args_p = (Mp, V) if M is U else (U, Mp)
+        args_m = (Mm, V) if M is U else (U, Mm)
+        fd = (p.loss(*args_p) - p.loss(*args_m)) / (2 * h)
+        assert G[i, j] == pytest.approx(fd, rel=1e-5, abs=1e-10)
+    # ALS converges to a stationary point of that objective (and not of the uniform one)
+    res = als(p, rng=0, tol=0.0, max_iter=200)
+    Uf, Vf = p.augment(res.U, res.V, res.row_bias, res.col_bias)
+    gU, gV = p.gradient(Uf, Vf)
+    assert max(np.abs(gU).max(), np.abs(gV).max()) < 1e-9
+    pu = MatrixFactorizationProblem.from_als_lambda(r, 2, lam, bias=True)
+    gU, gV = pu.gradient(Uf, Vf)
+    assert max(np.abs(gU).max(), np.abs(gV).max()) > 1e-4
+
+
+def test_count_weighting_is_refused_by_the_gradient_solvers() -> None:
+    p = MatrixFactorizationProblem.from_als_lambda(shifted(), 3, 0.1, bias=True, l2_weighting="count")
+    with pytest.raises(InvalidParameterError, match=r"l2_weighting='count'.*'als' solver"):
+        hamsi(p, rng=0, max_iter=1)
+    with pytest.raises(InvalidParameterError, match="l2_weighting: must be"):
+        MatrixFactorizationProblem(shifted(), 3, l2_weighting="rows")  # type: ignore[arg-type]

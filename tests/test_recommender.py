@@ -171,3 +171,34 @@ def test_other_solvers_fit_the_same_model(solver: str) -> None:
     m.fit(train)
     assert m.result_ is not None and m.result_.row_bias is not None
     assert np.isfinite(m.score(test)) and m.score(test) < 1.2
+
+
+def test_count_weighted_ridge_fit_fold_in_save_load_and_tuning(tmp_path: Path) -> None:
+    train, _ = split_ratings(shifted(100, 70, 2, 0.3, rng=5), 0.2, rng=0)
+    model = MFRecommender(rank=2, l2=0.1, l2_weighting="count", tol=0.0, max_iter=300, rng=0).fit(train)
+    assert model.result_ is not None and model.result_.options["l2"] > 0
+    # at convergence a user's row is the exact solve with the item factors fixed, so folding the
+    # user in again from their training ratings (ridge λ n_a) reproduces it
+    a = 11
+    mask = train.rows == a
+    before = model.user_factors_[a].copy()
+    m = MFRecommender.load(_saved(model, tmp_path))
+    assert m.l2_weighting_ == "count"
+    m.fold_in(a, train.cols[mask], train.values[mask])
+    np.testing.assert_allclose(m.user_factors_[a], before, rtol=1e-6, atol=1e-8)
+    # a planted error (the uniform ridge in the fold-in) is refuted
+    m.l2_weighting_ = "uniform"
+    m.fold_in(a, train.cols[mask], train.values[mask])
+    assert not np.allclose(m.user_factors_[a], before, rtol=1e-3)
+    with pytest.raises(InvalidParameterError, match=r"l2_weighting='count'.*'als' solver"):
+        MFRecommender(rank=2, l2=0.1, l2_weighting="count", solver="hamsi", rng=0).fit(train)
+    out = tune(train, ranks=(2,), l2s=(30.0,), count_l2s=(0.1,), rng=0)
+    assert [row[1] for row in out.table] == [30.0, 0.1]
+    assert out.best_params == {"rank": 2, "l2": 0.1, "l2_weighting": "count"}
+    assert out.model.l2_weighting_ == "count"
+
+
+def _saved(model: MFRecommender, tmp_path: Path) -> Path:
+    path = tmp_path / "wr.npz"
+    model.save(path)
+    return path

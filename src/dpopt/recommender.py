@@ -386,7 +386,7 @@ class MFRecommender(BaseEstimator):
         self.clip_ = clip
         self.l2_ = lam
         self.l2_bias_ = lam_b
-        self.l2_weighting_ = self.l2_weighting
+        self.l2_weighting_: str = str(self.l2_weighting)
         self.result_ = res
         self._set_seen(full.rows, full.cols)
         return self
@@ -727,8 +727,9 @@ def tune(
     seed = int(r_fit.integers(2**31))
     params = {k: v for k, v in params.items() if k not in ("early_stopping", "rank", "l2", "l2_weighting")}
     table = []
-    best: tuple[float, int, float, int, str] | None = None
-    cands = [(float(lam), "uniform") for lam in l2s] + [(float(lam), "count") for lam in count_l2s]
+    best: tuple[float, int, float, int, Literal["uniform", "count"]] | None = None
+    cands: list[tuple[float, Literal["uniform", "count"]]] = [(float(lam), "uniform") for lam in l2s]
+    cands += [(float(lam), "count") for lam in count_l2s]
     tr = (uid[train.rows], iid[train.cols], train.values)
     va = (uid[val.rows], iid[val.cols], val.values)
     for rank in ranks:
@@ -749,10 +750,10 @@ def tune(
         params.pop("max_iter", None)
         params.pop("patience", None)
         model = MFRecommender(rank=rank, l2=lam, rng=seed, max_iter=max(epochs, 1), patience=10**9,
-                              l2_weighting=wt, **params)  # type: ignore[arg-type]  # fmt: skip
+                              l2_weighting=wt, **params)  # fmt: skip
         model.fit((users, items, values) if not bounds else ratings)
     else:
-        model = MFRecommender(rank=rank, l2=lam, rng=seed, early_stopping=True, l2_weighting=wt,  # type: ignore[arg-type]
+        model = MFRecommender(rank=rank, l2=lam, rng=seed, early_stopping=True, l2_weighting=wt,
                               **params)  # fmt: skip
         model.fit(tr, validation=va)
     return TuningResult({"rank": rank, "l2": lam, "l2_weighting": wt}, rmse, tuple(table), model)
