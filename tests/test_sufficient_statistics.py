@@ -66,8 +66,10 @@ def test_linear_regression_default_is_ssp_with_delta_and_objective_perturbation_
     X = rng.uniform(-1, 1, (400, 3))
     y = np.clip(X @ np.array([0.3, -0.2, 0.1]) + 0.05 * rng.normal(size=400), -1, 1)
     kw = {"feature_norm": 1.0, "norm": "linf", "label_bound": 1.0, "rng": 0}
-    a = DPLinearRegression(epsilon=1.0, **kw).fit(X, y)
-    assert a.solver_ == "ssp" and a.privacy_spent_.epsilon <= 1.0 + 1e-9
+    a = DPLinearRegression(epsilon=0.2, **kw).fit(X, y)  # ε·n/√d = 0.2·400/2 = 40 < 100
+    assert a.solver_ == "ssp" and a.privacy_spent_.epsilon <= 0.2 + 1e-9
     assert a.result_.parameters["sensitivities"][1] == pytest.approx(2 * 2.0 * 1.0)  # B = √4 (intercept col)
+    c = DPLinearRegression(epsilon=1.0, **kw).fit(X, y)  # 1·400/2 = 200 >= 100
+    assert c.solver_ == "dp_mag" and c.privacy_spent_.epsilon <= 1.0 + 1e-9
     b = DPLinearRegression(epsilon=1.0, delta=0.0, **kw).fit(X, y)
     assert b.solver_ == "objective_perturbation" and b.privacy_spent_.delta == 0.0
