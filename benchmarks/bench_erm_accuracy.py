@@ -442,7 +442,8 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
     errors: dict[tuple[str, str], str] = {}
     cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
-        name = r["competitor"] + (" (pure ε)" if r["delta"] == 0 and r["competitor"] == "default" else "")
+        pure = r["delta"] == 0 and r["competitor"] in ("default", "zero")
+        name = r["competitor"] + (" (pure ε)" if pure else "")
         if r.get("metric") is None:
             errors[(r["task"], name)] = r.get("error", "")
             continue
