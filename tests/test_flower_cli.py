@@ -41,3 +41,86 @@ def test_admm_run_refuses_a_federation_without_tls(tmp_path, monkeypatch, capsys
     out = capsys.readouterr().out
     assert out.startswith("flwr run ") and "job='jobs:job'" in out
     assert (tmp_path / "app" / "pyproject.toml").exists()
+
+
+def _fake_flwr(tmp_path, monkeypatch, status: str) -> None:
+    """A ``flwr`` on PATH that submits run 42 and reports it with ``status`` (completed once ``done`` exists)."""
+    import os
+    import stat
+    import sys
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "flwr"
+    script.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        "if sys.argv[1] == 'run':\n    print('Successfully started run 42')\n"
+        f"else:\n    import os\n    st = {status!r} if not os.path.exists({str(tmp_path / 'done')!r}) else 'finished:completed'\n"
+        "    print(json.dumps({'success': True, 'runs': [{'run-id': '42', 'status': st}]}))\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    (tmp_path / "config.toml").write_text(
+        f'[superlink.consortium]\naddress = "10.0.0.1:9200"\nroot-certificates = "{tmp_path / "ca.crt"}"\n'
+    )
+
+
+def test_admm_run_stops_when_the_flower_run_ends_without_a_result(tmp_path, monkeypatch, capsys) -> None:
+    """A coordinator (ServerApp) that failed or was killed: the command says so, it does not wait out --timeout."""
+    import time
+
+    _fake_flwr(tmp_path, monkeypatch, "finished:failed")
+    began = time.monotonic()
+    code = main(["admm", "run", "--federation", "consortium", "--job", "jobs:job", "--output",
+                 str(tmp_path / "r.npz"), "--app-dir", str(tmp_path / "app"), "--timeout", "600"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "run 42 ended (finished:failed)" in err and "flwr log 42" in err, err
+    assert time.monotonic() - began < 300  # not --timeout (the status is checked at once, then every 10 s)
+
+
+def test_admm_run_returns_the_result_of_a_running_flower_run(tmp_path, monkeypatch, capsys) -> None:
+    _fake_flwr(tmp_path, monkeypatch, "running")  # the contrast: a run that is alive, then writes its result
+    out = tmp_path / "r.npz"
+    out.write_bytes(b"stale")
+    import os
+
+    os.utime(out, (1, 1))
+    import threading
+
+    def finish() -> None:
+        out.write_bytes(b"new")
+        (tmp_path / "done").touch()
+
+    threading.Timer(1.0, finish).start()
+    code = main(["admm", "run", "--federation", "consortium", "--job", "jobs:job", "--output", str(out),
+                 "--app-dir", str(tmp_path / "app"), "--timeout", "120"])  # fmt: skip
+    assert code == 0 and capsys.readouterr().out.strip().endswith("r.npz")
+
+
+def test_one_coordinator_per_run_directory(tmp_path) -> None:
+    """A second coordinator on a live run's directory is refused; once the holder is SIGKILLed, a
+    resume takes the directory (the operating system released the lock)."""
+    import signal
+    import subprocess
+    import sys
+
+    import pytest
+
+    from dpopt.distributed.engines import EngineError
+    from dpopt.distributed.flower_engine import coordinator_lock
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom dpopt.distributed.flower_engine import coordinator_lock\n"
+         f"with coordinator_lock({str(tmp_path / 'run')!r}):\n    print('held', flush=True)\n    time.sleep(60)\n"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        with pytest.raises(EngineError, match="another coordinator"), coordinator_lock(tmp_path / "run"):
+            pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    with coordinator_lock(tmp_path / "run"):
+        pass

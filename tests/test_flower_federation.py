@@ -4,6 +4,12 @@ The parties use dpopt's command line: each site runs ``dpopt site serve --config
 (TLS root certificate, node key, loader, budget cap and ledger in its ``site.toml``) and the
 coordinator ``dpopt admm run --federation fed --job ... --output ...`` to completion.
 
+The run survives two crashes: the coordinator (``dpopt admm run`` and the ``flwr-serverapp``
+process in which the SuperLink's SuperExec runs the ServerApp, i.e. the engine) is SIGKILLed after
+its first checkpointed round and started again (the job resumes from its run directory), and in the
+resumed run site1's ``dpopt site serve`` (SuperNode, SuperExec, ClientApp, worker) is SIGKILLed
+mid-round and started again.
+
 Slow (Flower starts a process per message; minutes on a loaded 2-core machine) and needs the
 ``flower`` extra: skipped without ``flwr``.  Every wait has a time limit and every process the
 fixture starts is killed (by process group) at teardown.  With ``DPOPT_FLOWER_TIMINGS=path`` the
@@ -43,9 +49,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 N_SITES = 3
 ROUNDS = 3
 BUDGET = 5.0  # each site's per-node cap (the run's plan: P(T) = 0.38)
-#: Kill site1's SuperNode mid-run and restart it (about 2-3 more minutes: the SuperLink accepts the
-#: restarted SuperNode only once the killed one's heartbeat has expired); DPOPT_FLOWER_TEST_NO_KILL=1
-#: skips that part (e.g. to time the run alone).
+#: Kill the coordinator after round 1 and resume it, then kill site1's SuperNode mid-run and restart
+#: it (a few more minutes: the SuperLink accepts the restarted SuperNode only once the killed one's
+#: heartbeat has expired); DPOPT_FLOWER_TEST_NO_KILL=1 skips both (e.g. to time the run alone).
 KILL = os.environ.get("DPOPT_FLOWER_TEST_NO_KILL") != "1"
 
 LOADER = '''
@@ -71,7 +77,8 @@ def make_admm():
 
 def job():
     sites = [Site(f"site{{k}}", loader="held-by-the-site") for k in range(3)]
-    return make_admm(), sites, {{"rng": 3, "record_models": True, "timeout": 45.0, "rejoin_timeout": 180.0}}
+    return make_admm(), sites, {{"rng": 3, "record_models": True, "timeout": 45.0, "rejoin_timeout": 180.0,
+                                 "checkpoint_dir": "{run_dir}", "resume": True, "checkpoint_every": 1}}
 '''
 
 
@@ -138,6 +145,62 @@ def _node_key(d: Path, name: str) -> tuple[Path, Path]:
     return priv, pub
 
 
+def _ppids() -> dict[int, int]:
+    """Parent of every process (Linux /proc)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                out[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Processes below ``pid`` (the SuperLink's SuperExec runs in a session of its own, so not its group)."""
+    parents = _ppids()
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parents.items() if pp == p]
+        out += kids
+        todo += kids
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _serverapps(superlink: int) -> list[int]:
+    """The ``flwr-serverapp`` processes (ServerApps) the SuperLink's SuperExec started."""
+    return [p for p in _descendants(superlink) if "flwr-serverapp" in _cmdline(p) and _alive(p)]
+
+
+def _checkpoint_round(run_dir: Path) -> int:
+    """The last round the coordinator checkpointed in its run directory (-1: none yet)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(json.loads((run_dir / "run.json").read_text()).get("checkpoint_round", -1))
+    return -1
+
+
+def _statuses(obj: Any) -> list[str]:
+    if isinstance(obj, dict):
+        return [str(v) for k, v in obj.items() if k == "status"] + [x for v in obj.values() for x in _statuses(v)]
+    if isinstance(obj, list):
+        return [x for v in obj for x in _statuses(v)]
+    return []
+
+
 class Federation:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -189,9 +252,14 @@ class Federation:
         return (self.root / f"{name}.log").read_text(errors="replace")
 
     def close(self) -> None:
+        # the SuperLink starts its SuperExec (and the ServerApps under it) in a session of its own
+        family = [p for proc in self.procs.values() if proc.poll() is None for p in _descendants(proc.pid)]
         for proc in self.procs.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        for pid in family:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for proc in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
@@ -207,7 +275,7 @@ def federation(tmp_path_factory):
         ca, cert, key = _certificates(root)
         ds = make_logistic(150, 3, rng=0)
         (root / "flower_test_loader.py").write_text(LOADER)
-        (root / "flower_test_job.py").write_text(JOB.format(rounds=ROUNDS))
+        (root / "flower_test_job.py").write_text(JOB.format(rounds=ROUNDS, run_dir=root / "run"))
         for k, rows in enumerate(split_rows(150, N_SITES, rng=0)):
             np.savez(root / f"site{k}.npz", X=ds.X[rows], y=ds.y[rows])
         fed.start(
@@ -269,36 +337,59 @@ def _local_timings(root: Path) -> dict[str, float]:
 
 
 def test_flower_run_equals_inprocess(federation) -> None:
-    """``dpopt admm run`` to completion while site1's SuperNode is killed after its first round and
-    restarted (``dpopt site serve`` again): same rounds as in-process, bit for bit; each site's
-    ledger holds its own P_i(T), with the replayed rounds charged once."""
+    """``dpopt admm run`` to completion through two crashes: the coordinator (``dpopt admm run`` and
+    its ServerApp process) SIGKILLed after round 1 and resumed from its run directory, then site1's
+    SuperNode SIGKILLed mid-round and restarted (``dpopt site serve`` again).  Every released round
+    equals the in-process engine's, bit for bit; each site's ledger holds its own P_i(T), with the
+    replayed rounds charged once; the killed ServerApp and its Flower run are gone."""
     from dpopt.ledger import Ledger
 
     out = federation.root / "result.npz"
-    began = time.perf_counter()
-    coordinator = subprocess.Popen(
-        [sys.executable, "-m", "dpopt", "admm", "run", "--federation", "fed", "--job", "flower_test_job:job",
-         "--output", str(out), "--app-dir", str(federation.root / "app"), "--timeout", "900"],
-        env=federation.env, cwd=federation.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
+    run_dir = federation.root / "run"
+    superlink = federation.procs["superlink"].pid
+    cmd = [sys.executable, "-m", "dpopt", "admm", "run", "--federation", "fed", "--job", "flower_test_job:job",
+           "--output", str(out), "--app-dir", str(federation.root / "app"), "--timeout", "900"]  # fmt: skip
+
+    def wait_round(coordinator: subprocess.Popen[bytes], name: str, above: int) -> int:
         deadline = time.monotonic() + 600
-        while KILL and "op=step" not in federation.log("site1") and time.monotonic() < deadline:
-            assert coordinator.poll() is None, coordinator.communicate()[1].decode()[-2000:]
+        while _checkpoint_round(run_dir) <= above and time.monotonic() < deadline:
+            assert coordinator.poll() is None, federation.log(name)[-3000:]
             time.sleep(0.5)
-        if KILL:
-            assert "op=step" in federation.log("site1"), federation.log("site1")[-3000:]
-            federation.kill("site1")  # SuperNode, SuperExec, ClientApp and worker of site1, mid-run
-            time.sleep(5)
-            federation.serve_site(1, "site1-restarted")
-        stdout, stderr = coordinator.communicate(timeout=1000)
+        got = _checkpoint_round(run_dir)
+        assert above < got < ROUNDS, (got, federation.log(name)[-3000:])  # mid-run, not finished
+        return got
+
+    began = time.perf_counter()
+    killed_serverapps: list[int] = []
+    name = "coordinator"
+    coordinator = federation.start(name, cmd)
+    if KILL:
+        wait_round(coordinator, name, 0)  # round 1 released and checkpointed
+        killed_serverapps = _serverapps(superlink)
+        assert len(killed_serverapps) == 1, [_cmdline(p) for p in _descendants(superlink)]
+        federation.kill(name)  # the command that submitted the run and waits for its result
+        for pid in killed_serverapps:  # the ServerApp: the process that runs the engine
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in killed_serverapps) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_alive(p) for p in killed_serverapps)
+        resumed_from = _checkpoint_round(run_dir)
+        name = "coordinator-resumed"
+        coordinator = federation.start(name, cmd)  # the same command: the job resumes from run_dir
+        wait_round(coordinator, name, resumed_from)  # the resumed run released a round of its own
+        federation.kill("site1")  # SuperNode, SuperExec, ClientApp and worker of site1, mid-round
+        time.sleep(5)
+        federation.serve_site(1, "site1-restarted")
+    try:
+        coordinator.wait(timeout=1000)
     finally:
         if coordinator.poll() is None:
-            coordinator.kill()
-            coordinator.wait(timeout=30)
+            federation.kill(name)
     wall = time.perf_counter() - began
-    assert coordinator.returncode == 0, (stderr.decode()[-2000:], federation.log("superlink")[-3000:])
-    assert stdout.decode().strip().endswith("result.npz")
+    assert coordinator.returncode == 0, (federation.log(name)[-2000:], federation.log("superlink")[-3000:])
+    assert federation.log(name).strip().endswith("result.npz")
     sys.path.insert(0, str(federation.root))
     try:
         ref = _reference()
@@ -311,6 +402,7 @@ def test_flower_run_equals_inprocess(federation) -> None:
     age = [float(m) for text in logs for m in re.findall(r"op=clientapp-start handler=\S+ s process_age=([0-9.]+) s", text)]
     rounds = got["message_rounds"].tolist()
     timings = {"flower_run_s": float(got["seconds"]), "dpopt_admm_run_wall_s": wall, "rounds": ROUNDS, "killed": KILL,
+               "resumed_run": KILL,
                "message_rounds": len(rounds), "message_round_s": rounds,
                "site_handler_s_median": float(np.median(handler)), "site_process_age_at_handler_s_median": float(np.median(age)),
                **local}  # fmt: skip
@@ -321,9 +413,25 @@ def test_flower_run_equals_inprocess(federation) -> None:
     assert np.array_equal(got["models"], ref.models)  # type: ignore[attr-defined]
     assert np.array_equal(got["models_history"], ref.models_history)  # type: ignore[attr-defined]
     assert float(got["epsilon"]) == ref.privacy.epsilon  # type: ignore[attr-defined]
+    notes = "\n".join(got["notes"].tolist())
     if KILL:
         assert "op=step" in federation.log("site1-restarted")  # the restarted site ran the replayed rounds
         assert int(got["recoveries"]) >= 1
+        assert f"resumed from the checkpoint of round {resumed_from}" in notes, notes
+        assert not any(_alive(p) for p in killed_serverapps)
+    # nothing left running: both runs finished on the SuperLink (it fails the killed one once its
+    # ServerApp's heartbeat expires) and no ServerApp process is left (the resumed one exits after
+    # writing the result)
+    deadline = time.monotonic() + 180
+    while True:
+        text = federation.flwr("ls", "fed", "--format", "json")
+        runs = json.JSONDecoder().raw_decode(text[text.index("{") :])[0]
+        statuses, left = _statuses(runs), _serverapps(superlink)
+        if (all(st.startswith("finished") for st in statuses) and not left) or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    assert sorted(statuses) == (["finished:completed", "finished:failed"] if KILL else ["finished:completed"]), runs
+    assert not left, [_cmdline(p) for p in left]
     for k in range(N_SITES):  # each site recorded its own rounds; its figure is the coordinator's P_i(T)
         ledger = Ledger("sqlite:///" + str(federation.root / f"site{k}-ledger.db"))
         assert len(ledger.history(f"site{k}")) == ROUNDS

@@ -163,21 +163,64 @@ def _cmd_site_serve(args: argparse.Namespace) -> int:
             shutil.rmtree(private_dir, ignore_errors=True)
 
 
+def _run_status(flwr: str, federation: str, run_id: str) -> str | None:
+    """The Flower run's status (``"running"``, ``"finished:failed"``, ...), or None if unknown now."""
+    import json
+
+    try:
+        out = subprocess.run([flwr, "ls", federation, "--run-id", run_id, "--format", "json"],
+                             capture_output=True, timeout=60, check=False)  # fmt: skip
+        text = out.stdout.decode(errors="replace")
+        runs = json.JSONDecoder().raw_decode(text[text.index("{") :])[0].get("runs", [])
+    except (subprocess.SubprocessError, OSError, ValueError, AttributeError):
+        return None
+    for run in runs if isinstance(runs, list) else []:
+        if isinstance(run, dict) and str(run.get("run-id", run.get("run_id", ""))) in ("", run_id):
+            return str(run.get("status", "")) or None
+    return None
+
+
 def _cmd_admm_run(args: argparse.Namespace) -> int:
+    import re
+
     app_dir = args.app_dir or tempfile.mkdtemp(prefix="dpopt-app-")
     out = Path(args.output).resolve()
     cmd = admm_run_command(args.federation, args.job, out, app_dir, insecure=args.insecure, executable="flwr")
     if args.dry_run:
         print(" ".join(cmd))
         return 0
-    cmd[0] = _tool("flwr")
+    flwr = cmd[0] = _tool("flwr")
     before = out.stat().st_mtime if out.exists() else None
-    subprocess.run(cmd, check=True, timeout=300)
+    submitted = subprocess.run(cmd, check=True, timeout=300, capture_output=True)
+    text = submitted.stdout.decode(errors="replace")
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    found = re.search(r"started run (\d+)", text)
+    run_id = found.group(1) if found else None
+
+    def written() -> bool:
+        return out.exists() and (before is None or out.stat().st_mtime != before)
+
     deadline = time.monotonic() + args.timeout
+    checked = -float("inf")  # first look at once, then every 10 s
     while time.monotonic() < deadline:
-        if out.exists() and (before is None or out.stat().st_mtime != before):
+        if written():
+            # the ServerApp exits after writing the result: wait (bounded) until Flower says so
+            until = min(deadline, time.monotonic() + 60.0)
+            while run_id and time.monotonic() < until:
+                if (_run_status(flwr, args.federation, run_id) or "").startswith("finished"):
+                    break
+                time.sleep(2.0)
             print(out)
             return 0
+        if run_id and time.monotonic() - checked > 10.0:  # a run that ended without a result: say so now
+            checked = -float("inf")  # first look at once, then every 10 s
+            status = _run_status(flwr, args.federation, run_id)
+            if status is not None and status.startswith("finished") and not written():
+                raise InvalidParameterError(
+                    f"dpopt admm run: Flower run {run_id} ended ({status}) without writing {out}; "
+                    f"see 'flwr log {run_id} {args.federation}' for the coordinator's error"
+                )
         time.sleep(2.0)
     raise InvalidParameterError(
         f"--timeout: no result at {out} after {args.timeout:g} s (see 'flwr log' for the run's logs)"

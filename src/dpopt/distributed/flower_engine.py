@@ -46,13 +46,14 @@ from released vectors and the public θ) is held by the coordinator; see ``docs/
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import io
 import pickle
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ __all__ = [
     "MessageRefused",
     "NodeStateLost",
     "SitePolicy",
+    "coordinator_lock",
     "derive_noise_key",
     "flower_available",
     "load_noise_key",
@@ -1099,6 +1101,47 @@ def _clean_reason(reason: str) -> str:
     return f"{m.group(1)}: {m.group(2)}" if m else reason
 
 
+@contextlib.contextmanager
+def coordinator_lock(checkpoint_dir: str | Path | None) -> Iterator[None]:
+    """Hold the run directory for one coordinator process (an exclusive lock on ``coordinator.lock``).
+
+    A coordinator that resumes a run while the one it replaces is still alive (e.g. only the
+    ``dpopt admm run`` command died, not its ServerApp) would drive the same sites from the same
+    run directory twice; it is refused instead.  The operating system releases the lock when the
+    holder exits, also when it is killed, so a resume after a crash is never blocked.  No-op for
+    ``None`` (no run directory) and where ``fcntl`` is missing.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> with coordinator_lock(d):
+    ...     pass
+    """
+    if checkpoint_dir is None:
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    path = Path(checkpoint_dir)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with open(path / "coordinator.lock", "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EngineError(
+                f"flower engine: another coordinator process is running the run in {str(path)!r}; stop it "
+                "(or wait until it has stopped) before resuming"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
 def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp process
     """The Flower ServerApp of the coordinator: runs a job with :class:`FlowerEngine`."""
     from flwr.app import Context
@@ -1114,7 +1157,8 @@ def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp p
         engine = FlowerEngine(grid, n_sites=len(sites), timeout=kwargs.pop("timeout", None),
                               rejoin_timeout=kwargs.pop("rejoin_timeout", 300.0))  # fmt: skip
         began = time.perf_counter()
-        result = admm.run(sites, engine=engine, **kwargs)
+        with coordinator_lock(kwargs.get("checkpoint_dir")):  # one live coordinator per run directory
+            result = admm.run(sites, engine=engine, **kwargs)
         seconds = time.perf_counter() - began
         out = Path(str(context.run_config["output"]))
         tmp = out.with_suffix(".tmp.npz")
