@@ -573,8 +573,19 @@ class COAParams:
 class _DualEvaluator:
     """Evaluates M(y), the lower bound and the two primal candidates, full or low-rank path."""
 
-    def __init__(self, V: FloatArray, w: FloatArray, Q: FloatArray, low_rank: bool, root_lower: float = 0.0):
+    def __init__(
+        self,
+        V: FloatArray,
+        w: FloatArray,
+        Q: FloatArray,
+        low_rank: bool,
+        root_lower: float = 0.0,
+        factor: FloatArray | None = None,
+    ):
         self.V = V
+        # a workload factor with m <= 0.8 n rows (V = FᵀF): M(y) from the m x m eigenproblem of
+        # F Y Fᵀ instead of the n x n one of Y^½ V Y^½ (2.2x cheaper per iteration at m/n = 0.64)
+        self.factor = factor if factor is not None and factor.shape[0] <= 0.8 * V.shape[0] else None
         self.root_lower = root_lower  # certified lower bound on Σ sqrt λ(V)
         self.tr_lower = 0.0  # certified lower bound on tr M(y) for the last evaluated y
         self.n = V.shape[0]
@@ -595,6 +606,16 @@ class _DualEvaluator:
             # y = c·1: B = cV, whose eigendecomposition is already known
             self.sigma, self.vecs = np.sqrt(y[0] * self.w), self.Q
             self.tr_lower = _round_down(math.sqrt(y[0]) * self.root_lower, 2)
+        elif self.factor is not None:
+            Fs = self.factor * s[None, :]
+            _, U = sla.eigh(Fs @ Fs.T, driver="evd", overwrite_a=True, check_finite=False)
+            P = Fs.T @ U  # columns σ_j p_j; their norms are more accurate than sqrt(μ_j) for small μ_j
+            sig = np.sqrt(np.einsum("ij,ij->j", P, P))
+            keep = sig > sig.max() * 1e-12
+            self.sigma, self.vecs = sig[keep], P[:, keep] / sig[keep][None, :]  # M = P diag(σ) Pᵀ
+            # steers the iteration only: the certificate is recomputed rigorously at the best dual
+            # point (factor_dual_bound), so no error allowance here
+            self.tr_lower = math.fsum(self.sigma.tolist())
         elif self.low_rank:
             Fs = self.F * s[None, :]
             # singular values are computed to within p(n) eps ‖Fs‖₂ (backward stability + Weyl);
@@ -614,7 +635,7 @@ class _DualEvaluator:
 
     def normalized_objective(self, d: FloatArray) -> float:
         """Objective of X(y) rescaled to unit diagonal (full path; inf if M is singular)."""
-        if self.low_rank or self.sigma.min() <= self.sigma.max() * 1e-12:
+        if self.low_rank or self.factor is not None or self.sigma.min() <= self.sigma.max() * 1e-12:
             return math.inf
         Q = self.vecs
         C = Q.T @ (np.sqrt(d)[:, None] * Q)
@@ -815,6 +836,7 @@ def _solve_dual(
     Q: FloatArray,
     root_lower: float = 0.0,
     evaluator: Any = None,
+    factor: FloatArray | None = None,
 ) -> tuple[FloatArray, float, float, str, int, list[dict[str, Any]], FloatArray]:
     """The dual fixed point; ``evaluator`` (with ``n`` and :class:`_DualEvaluator`'s methods)
     replaces the dense one (e.g. the block-diagonal problems of unions of products)."""
@@ -825,7 +847,7 @@ def _solve_dual(
     else:
         n = V.shape[0]
         rank = int(np.sum(w > w.max() * n * np.finfo(float).eps))
-        ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n, root_lower=root_lower)
+        ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n, root_lower=root_lower, factor=factor)
         u = np.full(n, math.log(max(np.sqrt(w).sum() / n, 1e-300)))
     best_lb, best_ub = -math.inf, math.inf
     best: tuple[FloatArray, str] | None = None
@@ -1334,7 +1356,7 @@ def _optimize(
         A_s, obj, _, status, n_iter, history, best_y = _solve_dual(
             V,
             # the structured path steers by an uncertified bound, within ~1e-8 of the certificate
-            tol=tol if evaluator is None else tol - min(0.5 * tol, 5e-8),
+            tol=tol if evaluator is None and factor is None else tol - min(0.5 * tol, 5e-8),
             max_iter=iters,
             max_time=max_time,
             memory=check_int(anderson_memory, "anderson_memory", minimum=0),
@@ -1344,6 +1366,7 @@ def _optimize(
             Q=Q,
             root_lower=root_lower,
             evaluator=evaluator,
+            factor=factor,
         )
         run_params.update(max_iter=iters, anderson_memory=anderson_memory)
         if evaluator is not None:
