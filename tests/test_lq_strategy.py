@@ -496,6 +496,34 @@ def test_structured_path_never_forms_the_gram_matrix():
     assert res.workload_fingerprint == h.hexdigest()
 
 
+def test_factor_evaluator_matches_the_dense_one():
+    from dpopt.linear_queries.strategy import _DualEvaluator
+
+    F = wl.random_ranges(40, 120, rng=2).matrix()  # 40 rows, 120 cells: the m x m path
+    V = F.T @ F
+    lam, Q = np.linalg.eigh(V)
+    w = np.clip(lam, 0.0, None)
+    dense = _DualEvaluator(V, w, Q, low_rank=False)
+    fact = _DualEvaluator(V, w, Q, low_rank=False, factor=F)
+    assert fact.factor is not None and _DualEvaluator(V, w, Q, low_rank=False, factor=V).factor is None
+    y = np.random.default_rng(3).uniform(1e-3, 10.0, 120)
+    tr_d, diag_d = dense.evaluate(y)
+    tr_f, diag_f = fact.evaluate(y)
+    _, sig, Pt = np.linalg.svd(F * np.sqrt(y), full_matrices=False)  # reference: M = P diag(sig) Pᵀ
+    assert tr_f == pytest.approx(sig.sum(), rel=1e-12)  # the dense one is within ~1e-7 (null space)
+    assert tr_d == pytest.approx(sig.sum(), rel=1e-6) and tr_f != pytest.approx(sig.sum() * (1 + 1e-9), rel=1e-12)
+    np.testing.assert_allclose(diag_f, np.einsum("ji,j,ji->i", Pt, sig, Pt), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(diag_f, diag_d, rtol=1e-5, atol=1e-6)
+    M = (Pt.T * sig) @ Pt
+    X = M / np.sqrt(np.outer(y, y)) / np.max(np.diag(M) / y)  # the uniformly scaled candidate
+    A_f = fact.strategy(y, "uniform")
+    np.testing.assert_allclose(A_f.T @ A_f, X, atol=1e-12)
+    A_d = dense.strategy(y, "uniform")
+    np.testing.assert_allclose(A_d.T @ A_d, X, atol=1e-4)  # the dense one carries null-space noise
+    res = optimize_strategy(wl.random_ranges(12, 200, rng=4))
+    assert res.params["iteration"] == "12 x 12 eigenproblem of W Y Wᵀ" and res.converged
+
+
 def test_factor_certificate_is_below_the_exact_bound_and_tight():
     from dpopt.linear_queries.strategy import factor_dual_bound
 

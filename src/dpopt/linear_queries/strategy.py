@@ -1373,6 +1373,8 @@ def _optimize(
             run_params["structure"] = "tridiagonal inverse (O(n²) per iteration)"
         if classes is not None:
             run_params["structure"] = f"{n} classes of identical columns"
+        if evaluator is None and factor is not None and factor.shape[0] <= 0.8 * n:
+            run_params["iteration"] = f"{factor.shape[0]} x {factor.shape[0]} eigenproblem of W Y Wᵀ"
         if tri is not None and evaluator is not None:  # O(n²) Sturm-count certificate, no n·eps loss
             dual_lb = tridiagonal_dual_bound(tri[0], tri[1], best_y, gram_norm=_gram_norm_bound(wl, n))
         elif factor is not None:  # singular values of W Y^½: no square-root loss on small eigenvalues
