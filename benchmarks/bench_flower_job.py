@@ -3,7 +3,9 @@
 The job of ``tests/test_flower_federation.py``: 3 sites x 50 rows (``make_logistic(150, 3)``),
 ring(3), PP, 3 rounds, sites loaded from ``.npz`` files.  The Flower figure comes from that test
 (``pytest -m slow -s tests/test_flower_federation.py`` prints it); this script gives the Ray figure
-(which needs the ``ray`` extra) next to inprocess and processes, measured in one process.
+(which needs the ``ray`` extra) next to inprocess and processes, measured in one process, and the
+cost of one more round on each (the same job with 13 rounds instead of 3: difference / 10; on
+Ray both on warm actors).
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 10 python benchmarks/bench_flower_job.py
 
@@ -39,9 +41,9 @@ from dpopt.distributed.sites import Site
 from dpopt.distributed.topology import ring, split_rows
 
 
-def _admm() -> PrivateADMM:
+def _admm(rounds: int = 3) -> PrivateADMM:
     return PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5,
-                       noise_rate=geometric(5.0, 1.05), max_iter=3)  # fmt: skip
+                       noise_rate=geometric(5.0, 1.05), max_iter=rounds)  # fmt: skip
 
 
 def flower() -> None:
@@ -84,23 +86,33 @@ def main() -> None:
             sites.append(Site(f"site{k}", loader=f"{d}/site{k}.npz"))
         out = {}
         ref = None
+        extra = 10  # the same job with 10 more rounds: (run13 - run3) / 10 is the cost of one more round
         for name in ("inprocess", "processes"):
             t = time.perf_counter()
             ref = _admm().run(sites, rng=3, engine=name)
             out[f"{name} run"] = time.perf_counter() - t
+            t = time.perf_counter()
+            _admm(3 + extra).run(sites, rng=3, engine=name)
+            out[f"{name} run +{extra}"] = time.perf_counter() - t
         t = time.perf_counter()
         eng = RayEngine(3, init_kwargs={"resources": {f"site:site{k}": 1 for k in range(3)}})
         out["ray start-up"] = time.perf_counter() - t
         with eng:
             t = time.perf_counter()
             res = _admm().run(sites, rng=3, engine=eng)
-            out["ray run"] = time.perf_counter() - t
+            out["ray run"] = time.perf_counter() - t  # includes the actors' first imports and loads
+            t = time.perf_counter()
+            _admm().run(sites, rng=3, engine=eng)
+            out["ray run again"] = time.perf_counter() - t  # warm actors: the base of the difference
+            t = time.perf_counter()
+            _admm(3 + extra).run(sites, rng=3, engine=eng)
+            out[f"ray run +{extra}"] = time.perf_counter() - t
         assert ref is not None and np.array_equal(ref.models, res.models)
-        rounds = _admm().n_rounds
         for k, v in out.items():
-            per = f", {v / rounds:.3f} s per ADMM round" if k.endswith(" run") else ""
-            print(f"{k:>16}: {v:8.3f} s (wall{per})")
-
+            print(f"{k:>20}: {v:8.3f} s (wall)")
+        for name in ("inprocess", "processes", "ray"):
+            per = (out[f"{name} run +{extra}"] - out[f"{name} run" + (" again" if name == "ray" else "")]) / extra
+            print(f"{name:>20}: {per:8.3f} s per additional ADMM round (wall)")
 
 if __name__ == "__main__":
     main()
