@@ -5,8 +5,8 @@ program, loads the site's rows with the loader named in the site's *own* configu
 coordinator's), and runs the local steps.  The coordinator runs :class:`FlowerEngine` inside a
 Flower ServerApp (:data:`server_app`): it drives the rounds and routes the released primal vectors
 along the graph's edges; what it receives is what the other engines' drivers receive (released
-vectors, ``B_i``, the dimension, a yes/no for the declared row-norm bound, and the per-node state
-used for checkpoints).  See ``docs/security.md`` for the threat model and
+vectors, ``B_i``, the dimension and the per-node state used for checkpoints; rows are mapped onto
+the declared norm ball at the site, never checked and reported).  See ``docs/security.md`` for the threat model and
 ``docs/guides/flower.md`` for a three-site federation with TLS and node authentication.
 
 Messages
@@ -320,8 +320,10 @@ class SitePolicy:
         ``budget`` is set.  One dataset per hosted site (its name), budget ``budget``.
     feature_norm : float or None
         Optional pin of the declared bound on the rows' l2 norm: the site then derives the privacy
-        constants (c₁, G) itself, refuses a job that claims smaller ones, and refuses to run if
-        one of its rows exceeds the bound.
+        constants (c₁, G) itself and refuses a job that claims smaller ones.  It never refuses
+        because of its rows (that refusal would be a bit about them reaching the coordinator): the
+        job's row converter maps every row onto the job's declared ball, whose constants the
+        site has just checked cover its own.
     """
 
     noise_key: tuple[int, int] | None = None
@@ -500,7 +502,13 @@ class _SiteBudget:
 
 
 def _check_pinned_bound(policy: SitePolicy, spec: Any, program: Any) -> tuple[float | None, float | None]:
-    """With ``feature_norm`` pinned: the site's own (c₁, G), after checking the job and the rows."""
+    """With ``feature_norm`` pinned: the site's own (c₁, G), after checking the job's constants.
+
+    The rows are not checked against the pin: the job's row converter has mapped them onto the
+    job's declared ball, and the constants used (the larger of the job's and the site's) cover
+    that ball.  A refusal that depended on the rows would tell the coordinator something about
+    them outside the guarantee.
+    """
     from dpopt.distributed._admm_node import loss_curvature
 
     if policy.feature_norm is None:
@@ -515,12 +523,6 @@ def _check_pinned_bound(policy: SitePolicy, spec: Any, program: Any) -> tuple[fl
             f"site {names}: refuses the job: its privacy constants are smaller than this site's declared "
             f"feature_norm={xb:g} implies (site.toml); the coordinator's problem must declare the same bound"
         )
-    for x, _ in program.program.spec.data:
-        if x.size and float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) > xb * (1 + 1e-9):
-            raise MessageRefused(
-                f"site {names}: a row exceeds the site's declared feature_norm={xb:g} (site.toml); scale the "
-                "rows in the loader"
-            )
     return max(c1, float(base.c1)), max(g, float(base.lipschitz))
 
 
