@@ -24,7 +24,8 @@ Environment: scikit-surprise needs numpy < 2, so run this in a separate virtual 
         cmfrec scikit-surprise psutil
     PYTHONPATH=src OMP_NUM_THREADS=2 nice -n 10 /tmp/mfvenv/bin/python benchmarks/bench_mf_peers.py
 
-``dpopt-wr`` is dpopt's ALS with the count-weighted ridge (``l2_weighting="count"``, ALS-WR).
+``dpopt-wr`` is dpopt's ALS with the count-weighted ridge (``l2_weighting="count"``, ALS-WR);
+``dpopt-nobias`` the same ALS on centred ratings with the biases pinned at zero (``l2_bias=1e9``).
 
 Options: ``--datasets movielens synthetic``, ``--libraries dpopt dpopt-wr cmfrec surprise``, ``--quick``
 (smaller grids), ``--out FILE`` (JSON records).  A library that is not installed is skipped.
@@ -62,6 +63,9 @@ GRIDS = {  # ridge candidates on each library's own scale
     # uniform optimum x (n_rows + n_cols) / (2 |train|) ~ 0.25 (MovieLens), 0.02 (synthetic)
     ("dpopt-wr", "movielens"): [0.05, 0.08, 0.12, 0.2, 0.3],
     ("dpopt-wr", "synthetic"): [0.003, 0.01, 0.02, 0.03, 0.05],
+    # dpopt-nobias: ALS on centred ratings with the biases pinned at zero (l2_bias = 1e9), Spark's model
+    ("dpopt-nobias", "movielens"): [8.0, 10.0, 12.0, 15.0, 20.0],
+    ("dpopt-nobias", "synthetic"): [1.0, 2.0, 3.0],
 }
 ITERS = {  # iteration counts of the separate fits behind "time to within 1 %" (the final fit adds its own)
     ("cmfrec", "movielens"): [1, 2, 3, 4, 6, 8, 15],
@@ -107,7 +111,7 @@ def rmse(pred: np.ndarray, y: np.ndarray) -> float:
 # ============================================================================ one fit per library
 def fit_dpopt(
     train: Any, test: Any, rank: int, lam: float, curve: bool, solver: str = "als",
-    l2_weighting: str = "uniform",
+    l2_weighting: str = "uniform", l2_bias: float | None = None,
 ) -> dict[str, Any]:
     from dpopt.recommender import MFRecommender
 
@@ -115,7 +119,7 @@ def fit_dpopt(
     c0 = time.process_time()
     t0 = time.perf_counter()
     model = MFRecommender(rank=rank, l2=lam, n_threads=THREADS, rng=0, max_iter=1000, solver=solver,
-                          l2_weighting=l2_weighting)  # type: ignore[arg-type]  # fmt: skip
+                          l2_weighting=l2_weighting, l2_bias=l2_bias)  # type: ignore[arg-type]  # fmt: skip
     # the test part is recorded every epoch (curve) but never steers the fit (early_stopping=False);
     # the callback notes the process CPU time after each epoch (its held-out evaluation included)
     opts = {"callback": lambda info: cpu.append(time.process_time() - c0) and False} if curve else {}
@@ -200,7 +204,8 @@ def warm(lib: str) -> None:
     r = make_low_rank_ratings(40, 30, 2, 0.5, rng=0)
     {"dpopt": lambda: fit_dpopt(r, r, 2, 1.0, True),
      "dpopt-hamsi": lambda: fit_dpopt(r, r, 2, 1.0, True, "hamsi"),
-     "dpopt-wr": lambda: fit_dpopt(r, r, 2, 0.05, True, "als", "count"), "cmfrec": lambda: fit_cmfrec(r, r, 2, 1.0, 2),
+     "dpopt-wr": lambda: fit_dpopt(r, r, 2, 0.05, True, "als", "count"),
+     "dpopt-nobias": lambda: fit_dpopt(r, r, 2, 1.0, True, "als", "uniform", 1e9), "cmfrec": lambda: fit_cmfrec(r, r, 2, 1.0, 2),
      "surprise": lambda: fit_surprise(r, r, 2, 0.02, 2)}[lib]()  # fmt: skip
 
 
@@ -213,10 +218,11 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
         a, b = fit, val
     else:
         a, b = train, test
-    if lib in ("dpopt", "dpopt-hamsi", "dpopt-wr"):
+    if lib in ("dpopt", "dpopt-hamsi", "dpopt-wr", "dpopt-nobias"):
         solver = "hamsi" if lib == "dpopt-hamsi" else "als"
         weighting = "count" if lib == "dpopt-wr" else "uniform"
-        out = fit_dpopt(a, b, rank, lam, curve=kind == "final", solver=solver, l2_weighting=weighting)
+        out = fit_dpopt(a, b, rank, lam, curve=kind == "final", solver=solver, l2_weighting=weighting,
+                        l2_bias=1e9 if lib == "dpopt-nobias" else None)  # fmt: skip
     elif lib == "cmfrec":
         out = fit_cmfrec(a, b, rank, lam, job.get("iters", 10))
     else:
@@ -246,7 +252,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 def available(lib: str) -> bool:
     try:
         __import__(
-            {"dpopt": "dpopt", "dpopt-hamsi": "dpopt", "dpopt-wr": "dpopt", "cmfrec": "cmfrec", "surprise": "surprise"}[lib]
+            {"dpopt": "dpopt", "dpopt-hamsi": "dpopt", "dpopt-wr": "dpopt", "dpopt-nobias": "dpopt",
+             "cmfrec": "cmfrec", "surprise": "surprise"}[lib]
         )
     except ImportError:
         return False
