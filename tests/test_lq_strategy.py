@@ -520,6 +520,15 @@ def test_factor_evaluator_matches_the_dense_one():
     np.testing.assert_allclose(A_f.T @ A_f, X, atol=1e-12)
     A_d = dense.strategy(y, "uniform")
     np.testing.assert_allclose(A_d.T @ A_d, X, atol=1e-4)  # the dense one carries null-space noise
+    # the padded candidate (uniform + one measurement of every cell with unused norm): unit
+    # columns, full rank, its objective exact and never above the uniform one
+    d = diag_f / y
+    fact._calls = 3  # evaluated every 4th call
+    padded = fact.normalized_objective(d)
+    A_p = fact.strategy(y, "normalized")
+    np.testing.assert_allclose(np.linalg.norm(A_p, axis=0), 1.0, rtol=1e-12)
+    assert padded == pytest.approx(strategy_error(A_p, V)[0], rel=1e-9)
+    assert padded <= tr_f * d.max() and padded != pytest.approx(tr_f * d.max(), rel=1e-3)
     res = optimize_strategy(wl.random_ranges(12, 200, rng=4))
     assert res.params["iteration"] == "12 x 12 eigenproblem of W Y Wᵀ" and res.converged
 

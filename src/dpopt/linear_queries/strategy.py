@@ -605,6 +605,7 @@ class _DualEvaluator:
         if not self.low_rank and self.w is not None and np.all(y == y[0]):
             # y = c·1: B = cV, whose eigendecomposition is already known
             self.sigma, self.vecs = np.sqrt(y[0] * self.w), self.Q
+            self._y = y
             self.tr_lower = _round_down(math.sqrt(y[0]) * self.root_lower, 2)
         elif self.factor is not None:
             Fs = self.factor * s[None, :]
@@ -613,6 +614,7 @@ class _DualEvaluator:
             sig = np.sqrt(np.einsum("ij,ij->j", P, P))
             keep = sig > sig.max() * 1e-12
             self.sigma, self.vecs = sig[keep], P[:, keep] / sig[keep][None, :]  # M = P diag(σ) Pᵀ
+            self._y = y
             # steers the iteration only: the certificate is recomputed rigorously at the best dual
             # point (factor_dual_bound), so no error allowance here
             self.tr_lower = math.fsum(self.sigma.tolist())
@@ -635,14 +637,46 @@ class _DualEvaluator:
 
     def normalized_objective(self, d: FloatArray) -> float:
         """Objective of X(y) rescaled to unit diagonal (full path; inf if M is singular)."""
-        if self.low_rank or self.factor is not None or self.sigma.min() <= self.sigma.max() * 1e-12:
+        if self.factor is not None:
+            return self._padded_objective(d)
+        if self.low_rank or self.sigma.min() <= self.sigma.max() * 1e-12:
             return math.inf
         Q = self.vecs
         C = Q.T @ (np.sqrt(d)[:, None] * Q)
         return float(np.einsum("ij,j,i->", C * C, self.sigma**2, 1.0 / self.sigma))
 
+    def _padded_chol(self, d: FloatArray) -> FloatArray | None:
+        """Cholesky factor of ``X(y)/max d + diag(1 - d/max d)``: the uniformly scaled candidate
+        plus one extra measurement of every cell with unused column norm.  Extra rows never raise
+        the least-squares error, so it is at least as good as the uniform candidate, and it has
+        unit columns and full rank (a rank-deficient V is covered)."""
+        dmax = float(d.max())
+        R = self.vecs * (np.sqrt(self.sigma) / np.sqrt(dmax))[None, :]
+        R /= np.sqrt(self._y)[:, None]
+        X = R @ R.T
+        X[np.diag_indices_from(X)] += np.clip(1.0 - d / dmax, 0.0, None)
+        try:
+            return np.asarray(sla.cholesky(X, lower=True, overwrite_a=True, check_finite=False))
+        except np.linalg.LinAlgError:
+            return None
+
+    def _padded_objective(self, d: FloatArray) -> float:
+        """``tr(V X'⁻¹) = ‖L⁻¹ Wᵀ‖_F²`` of the padded candidate, every 4th iteration."""
+        self._calls = getattr(self, "_calls", 0) + 1
+        if self._calls % 4 or self.factor is None:
+            return math.inf
+        L = self._padded_chol(d)
+        if L is None:
+            return math.inf
+        Z = sla.solve_triangular(L, self.factor.T, lower=True, check_finite=False)
+        return float(np.einsum("ij,ij->", Z, Z))
+
     def strategy(self, y: FloatArray, kind: str) -> FloatArray:
         """The strategy for the current factors: uniform scaling or unit-column rescaling."""
+        if self.factor is not None and kind == "normalized":  # the padded candidate
+            L = self._padded_chol(self.diag_M / y)
+            assert L is not None
+            return np.ascontiguousarray(L.T)
         root = np.sqrt(self.sigma)[:, None] * self.vecs.T  # rows: sqrt(sig_k) q_kᵀ ; (·)ᵀ(·) = M
         if kind == "uniform":
             A = root / np.sqrt(y)[None, :]
