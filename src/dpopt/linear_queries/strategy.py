@@ -49,7 +49,9 @@ Structure
   problem is the dual point ``y_j = y_k / c_k`` of the full one with the same bound, so the
   certificate is unchanged in kind.  When the workload is given explicitly with fewer rows than
   classes, the final certificate is the sum of the singular values of ``W Y^½``
-  (:func:`factor_dual_bound`).
+  (:func:`factor_dual_bound`); with ``m <= 0.8 k`` rows the iterations use the m x m
+  eigenproblem of ``W Y Wᵀ``, and the second primal candidate is the uniformly scaled one plus
+  one measurement of every class with unused column norm (full rank, never worse).
 * Prefix and all-range workloads (tridiagonal ``V⁻¹``) are solved in O(n²) per iteration with an
   O(n²) Sturm-count certificate (:func:`tridiagonal_dual_bound`); above n = 2048 the dense Gram
   matrix is never formed.
