@@ -886,6 +886,8 @@ def _solve_dual(
         ev = _DualEvaluator(V, w, Q, low_rank=rank <= 0.6 * n, root_lower=root_lower, factor=factor)
         u = np.full(n, math.log(max(np.sqrt(w).sum() / n, 1e-300)))
     best_lb, best_ub = -math.inf, math.inf
+    best_steer = math.inf
+    padded_only = getattr(ev, "factor", None) is not None
     best: tuple[FloatArray, str] | None = None
     best_A: FloatArray | None = None
     best_y = np.ones(n)
@@ -909,6 +911,13 @@ def _solve_dual(
             best_ub, best, improved = ub_uniform, (y, "uniform"), True
         if ub_norm < best_ub:
             best_ub, best, improved = ub_norm, (y, "normalized"), True
+        # the factor path's padded candidate only closes the gap: the Anderson restarts below
+        # follow the uniform candidate alone, so the dual iterates are those without it
+        if padded_only:
+            improved_steer = ub_uniform < best_steer
+            best_steer = min(best_steer, ub_uniform)
+        else:
+            improved_steer = improved
         if improved and best is not None:
             best_A = None  # free the old strategy first (n x n at the peak)
             best_A = ev.strategy(*best)
@@ -941,7 +950,7 @@ def _solve_dual(
             us.pop(0)
             fs.pop(0)
         step = u + f
-        if improved:
+        if improved_steer:
             stall = 0
         else:
             stall += 1
