@@ -42,12 +42,13 @@ def test_tour_registered_and_runs_through_cli(tmp_path: Path, monkeypatch: pytes
     small = TourConfig(n_runs=1_000, n_runs_selection=200, steps=(1,))
     registry.register(dataclasses.replace(original, configs={"quick": small, "paper": small}), replace=True)
     try:
-        assert "tour-mechanisms" in registry.tour_names()
+        assert registry.tour_names()[0] == "tour-mechanisms"  # the audit leads, before e.g. tour-admm
         assert main(["tour", "--out", str(tmp_path), "--no-progress"]) == 0
     finally:
         registry.register(original, replace=True)
     html = (tmp_path / "index.html").read_text()
     assert "tour-mechanisms" in html and "<img" in html
+    assert "1. tour-mechanisms" in html  # the report opens with the audit
     assert len(load_records(tmp_path / "tour-mechanisms")) > 0
 
 

@@ -73,6 +73,8 @@ _BUILTIN_MODULES: tuple[str, ...] = (
 
 #: Names of experiments (besides those named ``tour-*``) that ``dpopt tour`` also runs at quick scale.
 TOUR: list[str] = []
+#: The tour's privacy audit, which leads the tour and its report (``tour-mechanisms``).
+TOUR_AUDIT = "tour-mechanisms"
 
 _NAME_RE = re.compile(r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$")
 
@@ -390,11 +392,12 @@ def skipped_modules() -> dict[str, str]:
 def tour_names() -> list[str]:
     """Experiments run by ``dpopt tour``: all ``tour-*`` experiments, then registered names in :data:`TOUR`.
 
-    Names in :data:`TOUR` that are not registered (e.g. their module was skipped) are left out;
-    compare with :data:`TOUR` to report them.
+    The privacy audit (:data:`TOUR_AUDIT`) leads: the report opens with it.  Names in :data:`TOUR`
+    that are not registered (e.g. their module was skipped) are left out; compare with
+    :data:`TOUR` to report them.
     """
     registered = names()
-    out = [n for n in registered if n.startswith("tour-")]
+    out = sorted((n for n in registered if n.startswith("tour-")), key=lambda n: (n != TOUR_AUDIT, n))
     for n in TOUR:
         if n in registered and n not in out:
             out.append(n)
