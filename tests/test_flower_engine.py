@@ -436,3 +436,42 @@ def test_a_crashed_coordinator_resumes_on_the_sites(tmp_path) -> None:
     for k in range(3):  # the sites charged each round once, the replayed ones included
         assert len(sites_ledger.history(f"s{k}")) == 3
         assert sites_ledger.spent(f"s{k}").epsilon == pytest.approx(res.node_privacy[k], rel=1e-12)
+
+
+def test_site_worker_waits_are_bounded(tmp_path, monkeypatch) -> None:
+    """A silent client does not block the site worker, and a ClientApp never waits forever for it."""
+    import os
+    import threading
+    from multiprocessing.connection import Client, Listener
+
+    monkeypatch.setattr(fe, "WORKER_READ_TIMEOUT", 0.5)
+    key = os.urandom(16)
+    address = str(tmp_path / "w.sock")
+    ready = threading.Event()
+    threading.Thread(target=fe.serve_site_worker, args=(tmp_path / "missing.toml", address, key),
+                     kwargs={"ready": ready}, daemon=True).start()  # fmt: skip
+    assert ready.wait(30)
+    with Client(address, family="AF_UNIX", authkey=key):  # connects and says nothing
+        monkeypatch.setenv(fe.WORKER_ENV, address)
+        monkeypatch.setenv(fe.WORKER_KEY_ENV, key.hex())
+        answers: list[str] = []
+
+        def ask() -> None:
+            try:
+                fe._ask_worker(("hello",))
+            except RuntimeError as exc:  # the worker's answer to a request it cannot serve
+                answers.append(str(exc))
+
+        asker = threading.Thread(target=ask, daemon=True)
+        asker.start()
+        asker.join(20)  # without the worker's read limit, the next client would wait forever
+        assert answers and answers[0].startswith("site worker: ") and "no answer" not in answers[0]
+    # a worker that accepts and never answers: the ClientApp gives up after its limit
+    monkeypatch.setattr(fe, "WORKER_REPLY_TIMEOUT", 0.5)
+    mute = str(tmp_path / "mute.sock")
+    with Listener(mute, family="AF_UNIX", authkey=key) as listener:
+        held = []
+        threading.Thread(target=lambda: held.append(listener.accept()), daemon=True).start()
+        monkeypatch.setenv(fe.WORKER_ENV, mute)
+        with pytest.raises(RuntimeError, match=r"no answer within 0.5 s"):
+            fe._ask_worker(("hello",))

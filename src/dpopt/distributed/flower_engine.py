@@ -727,6 +727,11 @@ def _log_timing(op: str, seconds: float) -> None:
 #: and the key that authenticates the ClientApp processes to it (see :func:`serve_site_worker`).
 WORKER_ENV = "DPOPT_SITE_WORKER"
 WORKER_KEY_ENV = "DPOPT_SITE_WORKER_KEY"
+#: Seconds the site worker waits for a connected ClientApp to send its request (then drops it).
+WORKER_READ_TIMEOUT = 30.0
+#: Seconds a ClientApp waits for the worker's answer (a local step; the coordinator's own round
+#: limit normally ends a stuck round first).
+WORKER_REPLY_TIMEOUT = 3600.0
 
 
 def _site_request(config: str, request: Any) -> tuple[str, Any, Any, Any]:
@@ -767,6 +772,8 @@ def serve_site_worker(config: str | Path, address: str, authkey: bytes, *, ready
             except (AuthenticationError, OSError, EOFError):
                 continue
             with conn:
+                if not conn.poll(WORKER_READ_TIMEOUT):  # a silent client must not block the site
+                    continue
                 try:
                     reply: Any = _site_request(str(config), safe_loads(conn.recv_bytes()))
                 except Exception as exc:  # an unexpected failure is the ClientApp's error, not the worker's end
@@ -788,6 +795,10 @@ def _ask_worker(request: Any) -> tuple[str, Any, Any, Any] | None:
     try:
         with Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ.get(WORKER_KEY_ENV, ""))) as conn:
             conn.send_bytes(safe_dumps(request))
+            if not conn.poll(WORKER_REPLY_TIMEOUT):
+                raise RuntimeError(
+                    f"site worker: no answer within {WORKER_REPLY_TIMEOUT:g} s (is 'dpopt site serve' stuck?)"
+                )
             reply: tuple[str, Any, Any, Any] = safe_loads(conn.recv_bytes())
     except (OSError, EOFError, ValueError):
         return None
