@@ -24,6 +24,10 @@ Environment: scikit-surprise needs numpy < 2, so run this in a separate virtual 
         cmfrec scikit-surprise psutil
     PYTHONPATH=src OMP_NUM_THREADS=2 nice -n 10 /tmp/mfvenv/bin/python benchmarks/bench_mf_peers.py
 
+``dpopt`` and ``dpopt-hamsi`` tune the bias terms with the ridge, as ``dpopt.recommender.tune``
+does: every ridge candidate with the user and item biases (``bias=True``) and without them
+(``bias="mean"``: global mean plus ``U V^T``); the validation RMSE picks the pair.
+
 ``dpopt-wr`` is dpopt's ALS with the count-weighted ridge (``l2_weighting="count"``, ALS-WR);
 ``dpopt-nobias`` the same ALS on centred ratings with the biases pinned at zero (``l2_bias=1e9``).
 
@@ -74,6 +78,7 @@ ITERS = {  # iteration counts of the separate fits behind "time to within 1 %" (
     ("surprise", "synthetic"): [5, 10],
 }
 THREADS = 2
+BIAS_TUNED = ("dpopt", "dpopt-hamsi")  # libraries whose tuning also chooses bias=True or "mean"
 
 
 # ============================================================================ data (in the worker)
@@ -111,7 +116,7 @@ def rmse(pred: np.ndarray, y: np.ndarray) -> float:
 # ============================================================================ one fit per library
 def fit_dpopt(
     train: Any, test: Any, rank: int, lam: float, curve: bool, solver: str = "als",
-    l2_weighting: str = "uniform", l2_bias: float | None = None,
+    l2_weighting: str = "uniform", l2_bias: float | None = None, bias: bool | str = True,
 ) -> dict[str, Any]:
     from dpopt.recommender import MFRecommender
 
@@ -119,7 +124,7 @@ def fit_dpopt(
     c0 = time.process_time()
     t0 = time.perf_counter()
     model = MFRecommender(rank=rank, l2=lam, n_threads=THREADS, rng=0, max_iter=1000, solver=solver,
-                          l2_weighting=l2_weighting, l2_bias=l2_bias)  # type: ignore[arg-type]  # fmt: skip
+                          l2_weighting=l2_weighting, l2_bias=l2_bias, bias=bias)  # type: ignore[arg-type]  # fmt: skip
     # the test part is recorded every epoch (curve) but never steers the fit (early_stopping=False);
     # the callback notes the process CPU time after each epoch (its held-out evaluation included)
     opts = {"callback": lambda info: cpu.append(time.process_time() - c0) and False} if curve else {}
@@ -222,7 +227,7 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
         solver = "hamsi" if lib == "dpopt-hamsi" else "als"
         weighting = "count" if lib == "dpopt-wr" else "uniform"
         out = fit_dpopt(a, b, rank, lam, curve=kind == "final", solver=solver, l2_weighting=weighting,
-                        l2_bias=1e9 if lib == "dpopt-nobias" else None)  # fmt: skip
+                        l2_bias=1e9 if lib == "dpopt-nobias" else None, bias=job.get("bias", True))  # fmt: skip
     elif lib == "cmfrec":
         out = fit_cmfrec(a, b, rank, lam, job.get("iters", 10))
     else:
@@ -273,15 +278,21 @@ def bench(dataset: str, rank: int, libs: list[str], quick: bool, records: list[d
         if quick:
             grid = grid[:: max(1, len(grid) // 3)]
         tuned = []
-        for lam in grid:
-            out = run_job({"lib": lib, "dataset": dataset, "rank": rank, "lam": lam, "kind": "tune"})
-            tuned.append((out.get("rmse", math.inf), lam))
-            records.append({"dataset": dataset, "rank": rank, "lib": lib, "kind": "tune", "lam": lam, **out})
-            print(f"  tune {lib:8s} lam={lam:<6g} validation RMSE {out.get('rmse', float('nan')):.4f} "
-                  f"({out.get('fit_s', float('nan')):.2f} s) {out.get('error', '')}", flush=True)  # fmt: skip
-        val_rmse, lam = min(tuned)
-        final = run_job({"lib": lib, "dataset": dataset, "rank": rank, "lam": lam, "kind": "final"})
-        records.append({"dataset": dataset, "rank": rank, "lib": lib, "kind": "final", "lam": lam, **final})
+        biases: list[bool | str] = [True, "mean"] if lib in BIAS_TUNED else [True]
+        for bias in biases:
+            for lam in grid:
+                out = run_job({"lib": lib, "dataset": dataset, "rank": rank, "lam": lam, "kind": "tune",
+                               "bias": bias})  # fmt: skip
+                tuned.append((out.get("rmse", math.inf), lam, bias))
+                records.append({"dataset": dataset, "rank": rank, "lib": lib, "kind": "tune", "lam": lam,
+                                "bias": bias, **out})  # fmt: skip
+                tag = "" if len(biases) == 1 else f" bias={bias!s:5s}"
+                print(f"  tune {lib:8s} lam={lam:<6g}{tag} validation RMSE {out.get('rmse', float('nan')):.4f} "
+                      f"({out.get('fit_s', float('nan')):.2f} s) {out.get('error', '')}", flush=True)  # fmt: skip
+        val_rmse, lam, bias = min(tuned, key=lambda t: t[0])
+        final = run_job({"lib": lib, "dataset": dataset, "rank": rank, "lam": lam, "kind": "final", "bias": bias})
+        records.append({"dataset": dataset, "rank": rank, "lib": lib, "kind": "final", "lam": lam, "bias": bias,
+                        **final})  # fmt: skip
         if "error" in final:
             print(f"  {lib}: {final['error']}")
             continue
@@ -305,14 +316,14 @@ def bench(dataset: str, rank: int, libs: list[str], quick: bool, records: list[d
         # "to 1 %" on CPU seconds is measured against the same best RMSE as on wall seconds
         best = min(e for _, e in curve)
         to_cpu = min((t for t, e in curve_cpu if e <= best * 1.01), default=math.nan)
-        rows.append((lib, lam, val_rmse, final["rmse"], best, final["fit_s"], time_to_within(curve),
+        rows.append((lib, f"{lam:g}" + ("/mean" if bias == "mean" else ""), val_rmse, final["rmse"], best, final["fit_s"], time_to_within(curve),
                      final.get("fit_cpu_s", math.nan), to_cpu, final["peak_over_base_mb"],
                      final["peak_mb"]))  # fmt: skip
-    print(f"\n  {'library':11s} {'ridge':>6s} {'val RMSE':>9s} {'test RMSE':>10s} {'best seen':>10s} "
+    print(f"\n  {'library':11s} {'ridge':>9s} {'val RMSE':>9s} {'test RMSE':>10s} {'best seen':>10s} "
           f"{'fit s':>7s} {'to 1 % s':>9s} {'fit CPU':>8s} {'to 1 % CPU':>11s} {'peak MB':>8s} "
           f"{'(total)':>8s}")  # fmt: skip
     for r in rows:
-        print(f"  {r[0]:11s} {r[1]:6g} {r[2]:9.4f} {r[3]:10.4f} {r[4]:10.4f} {r[5]:7.2f} {r[6]:9.2f} "
+        print(f"  {r[0]:11s} {r[1]:>9s} {r[2]:9.4f} {r[3]:10.4f} {r[4]:10.4f} {r[5]:7.2f} {r[6]:9.2f} "
               f"{r[7]:8.2f} {r[8]:11.2f} {r[9]:8.0f} {r[10]:8.0f}", flush=True)  # fmt: skip
 
 

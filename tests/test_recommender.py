@@ -146,7 +146,7 @@ def test_early_stopping_and_tuning_use_only_the_data_given() -> None:
     res = model.result_
     assert res is not None and res.history_test_rmse is not None
     assert res.test_rmse == pytest.approx(float(res.history_test_rmse.min()))
-    out = tune(r, ranks=(2, 4), l2s=(0.3, 30.0), rng=0)
+    out = tune(r, ranks=(2, 4), l2s=(0.3, 30.0), biases=(True,), rng=0)
     assert len(out.table) == 4 and out.best_params["l2"] == 0.3
     assert out.best_rmse == min(row[2] for row in out.table)
     assert out.model.l2_ == 0.3 and out.model.rank == out.best_params["rank"]
@@ -192,9 +192,9 @@ def test_count_weighted_ridge_fit_fold_in_save_load_and_tuning(tmp_path: Path) -
     assert not np.allclose(m.user_factors_[a], before, rtol=1e-3)
     with pytest.raises(InvalidParameterError, match=r"l2_weighting='count'.*'als' solver"):
         MFRecommender(rank=2, l2=0.1, l2_weighting="count", solver="hamsi", rng=0).fit(train)
-    out = tune(train, ranks=(2,), l2s=(30.0,), count_l2s=(0.1,), rng=0)
+    out = tune(train, ranks=(2,), l2s=(30.0,), count_l2s=(0.1,), bias=True, rng=0)
     assert [row[1] for row in out.table] == [30.0, 0.1]
-    assert out.best_params == {"rank": 2, "l2": 0.1, "l2_weighting": "count"}
+    assert out.best_params == {"rank": 2, "l2": 0.1, "l2_weighting": "count", "bias": True}
     assert out.model.l2_weighting_ == "count"
 
 
@@ -202,3 +202,55 @@ def _saved(model: MFRecommender, tmp_path: Path) -> Path:
     path = tmp_path / "wr.npz"
     model.save(path)
     return path
+
+
+def _with_effects(r: Ratings, scale: float, rng: int = 0) -> Ratings:
+    """``r`` plus user and item effects of standard deviation ``scale``."""
+    g = np.random.default_rng(rng)
+    p, q = scale * g.standard_normal(r.shape[0]), scale * g.standard_normal(r.shape[1])
+    return Ratings(rows=r.rows, cols=r.cols, values=r.values + p[r.rows] + q[r.cols], shape=r.shape, name="fx")
+
+
+def test_validation_decides_whether_to_fit_biases() -> None:
+    # ratings with no user or item effects (the synthetic low-rank sets): validation prefers the
+    # centred model without biases; the same ratings plus strong effects: the biased model
+    plain = shifted(160, 120, 2, 0.3, rng=7)
+    out = tune(plain, ranks=(2,), l2s=(3.0,), rng=0)
+    assert [(row.bias, row.l2) for row in out.table] == [(True, 3.0), ("mean", 3.0)]
+    assert out.best_params["bias"] == "mean"
+    assert out.best_rmse == min(row.rmse for row in out.table)
+    m = out.model
+    assert m.bias == "mean" and not np.any(m.user_bias_) and not np.any(m.item_bias_)
+    assert m.global_mean_ == pytest.approx(float(plain.values.mean()))
+    fx = _with_effects(plain, 1.0)
+    out_fx = tune(fx, ranks=(2,), l2s=(3.0,), rng=0)
+    assert out_fx.best_params["bias"] is True
+    rows = {row.bias: row.rmse for row in out_fx.table}
+    assert rows[True] < rows["mean"] - 0.05  # the biases matter there: a clear margin, not noise
+
+
+def test_mean_only_model_fold_in_and_save_load(tmp_path: Path) -> None:
+    train, test = split_ratings(shifted(100, 70, 2, 0.3, rng=5), 0.2, rng=0)
+    model = MFRecommender(rank=2, l2=1.0, bias="mean", tol=0.0, max_iter=300, rng=0).fit(train)
+    assert model.result_ is not None and model.result_.row_bias is None
+    assert model.global_mean_ == pytest.approx(float(train.values.mean()))
+    biased = MFRecommender(rank=2, l2=1.0, rng=0).fit(train)
+    assert model.score(test) < biased.score(test)  # no effects in these ratings
+    m = MFRecommender.load(_saved(model, tmp_path))
+    assert m.bias == "mean"
+    np.testing.assert_allclose(m.predict(test.rows, test.cols), model.predict(test.rows, test.cols))
+    # at convergence folding a user in again reproduces their row, with no user bias fitted
+    a = 9
+    mask = train.rows == a
+    before = m.user_factors_[a].copy()
+    m.fold_in(a, train.cols[mask], train.values[mask])
+    np.testing.assert_allclose(m.user_factors_[a], before, rtol=1e-6, atol=1e-8)
+    assert m.user_bias_[a] == 0.0
+    # a planted error (fitting a user bias in the fold-in) is refuted
+    m.bias = True
+    m.fold_in(a, train.cols[mask], train.values[mask])
+    assert not np.allclose(m.user_factors_[a], before, rtol=1e-3)
+    with pytest.raises(InvalidParameterError, match="bias"):
+        MFRecommender(rank=2, bias="items").fit(train)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="bias"):
+        tune(train, ranks=(2,), l2s=(1.0,), biases=(True, "none"))  # type: ignore[arg-type]
