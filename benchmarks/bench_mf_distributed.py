@@ -8,12 +8,13 @@ Predictions are clipped to the training range for every library.
 
 Libraries (each fit in a fresh worker process, one at a time):
 
-* ``dpopt-ray``: ``MFRecommender(rank=10, l2=λ, solver="hamsi_distributed", n_threads=2)`` (the
-  biased model, spectral start) on a local Ray cluster started in the worker (``RayEngine(2)``:
+* ``dpopt-ray``: ``MFRecommender(rank=10, l2=λ, bias=b, solver="hamsi_distributed", n_threads=2)``
+  (spectral start; the validation split picks ``λ`` and ``b``: ``True``, user and item biases, or
+  ``"mean"``, the centred model without them, as ``dpopt.recommender.tune`` does) on a local Ray cluster started in the worker (``RayEngine(2)``:
   2 CPUs, one actor per shard), stopping tolerance 1e-4 over 5 epochs (``MFRecommender``'s
   defaults, passed through ``solver_options``);
-* ``dpopt``: the same model by single-process HAMSI on 2 threads (``MFRecommender`` defaults), for
-  reference;
+* ``dpopt``: the same by single-process HAMSI on 2 threads (``MFRecommender`` defaults, ``λ`` and
+  ``b`` tuned alike), for reference;
 * ``spark``: ``pyspark.ml.recommendation.ALS(rank=10, regParam=λ, maxIter=10)`` on
   ``local[2]`` (Spark's defaults otherwise: no biases, ratings as given);
 * ``spark-centred``: the same on ratings minus their training mean (added back to predictions):
@@ -34,7 +35,8 @@ Run (pyspark in a side environment over the system packages; Java 17 at /usr/bin
         --out /tmp/mf_distributed.json
 
 Options: ``--libraries dpopt-ray dpopt spark spark-centred``, ``--quick`` (one ridge value per
-library, no tuning), ``--grid spark=0.01`` (a library's ridge candidates; one value: no tuning).  Output recorded in ``docs/mf_peers.md``.
+library, no tuning), ``--grid spark=0.01`` (a library's ridge candidates; one value and one bias
+setting: no tuning), ``--bias dpopt-ray=mean`` (a dpopt library's bias candidates).  Output recorded in ``docs/mf_peers.md``.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ GRIDS = {  # ridge candidates on each library's own scale
     "spark": [0.003, 0.01, 0.03],  # Spark scales regParam by each user's / item's rating count
     "spark-centred": [0.003, 0.01, 0.03],
 }
+BIASES = {"dpopt-ray": [True, "mean"], "dpopt": [True, "mean"]}  # bias settings the validation chooses from
 QUICK = {"dpopt-ray": 1.0, "dpopt": 1.0, "spark": 0.01, "spark-centred": 0.01}
 THREADS = 2
 
@@ -159,7 +162,7 @@ def _clip_rmse(pred: np.ndarray, train: Any, test: Any) -> float:
     return float(math.sqrt(float(np.mean((pred - test.values) ** 2))))
 
 
-def fit_dpopt(train: Any, test: Any, lam: float, ray: bool) -> dict[str, Any]:
+def fit_dpopt(train: Any, test: Any, lam: float, ray: bool, bias: bool | str = True) -> dict[str, Any]:
     from dpopt.recommender import MFRecommender
 
     mark("start")
@@ -172,7 +175,7 @@ def fit_dpopt(train: Any, test: Any, lam: float, ray: bool) -> dict[str, Any]:
         opts = {"engine": eng, "n_shards": THREADS, "tol": 1e-4, "patience": 5}
     mark("ready")
     model = MFRecommender(
-        rank=10, l2=lam, n_threads=THREADS, rng=0, max_iter=500,
+        rank=10, l2=lam, bias=bias, n_threads=THREADS, rng=0, max_iter=500,
         solver="hamsi_distributed" if ray else "hamsi", solver_options=opts or None,
     )  # fmt: skip
     model.fit(train)
@@ -234,7 +237,7 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     a, b = (fit, val) if job["kind"] == "tune" else (train, test)
     lib, lam = job["lib"], job["lam"]
     if lib.startswith("dpopt"):
-        return fit_dpopt(a, b, lam, ray=lib == "dpopt-ray")
+        return fit_dpopt(a, b, lam, ray=lib == "dpopt-ray", bias=job.get("bias", True))
     return fit_spark(a, b, lam, centred=lib == "spark-centred")
 
 
@@ -291,8 +294,12 @@ def main() -> None:
         "--grid", nargs="*", default=[], metavar="LIB=V1,V2",
         help="ridge candidates of a library (one value: no tuning, that value is used)",
     )  # fmt: skip
+    ap.add_argument("--bias", nargs="*", default=[], metavar="LIB=B1,B2", help="bias candidates (True, mean)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    for item in args.bias:
+        lib, values = item.split("=", 1)
+        BIASES[lib] = [True if v == "True" else v for v in values.split(",")]
     for item in args.grid:
         lib, values = item.split("=", 1)
         GRIDS[lib] = [float(v) for v in values.split(",")]
@@ -313,25 +320,28 @@ def main() -> None:
     for lib in args.libraries:
         grid = [QUICK[lib]] if args.quick else GRIDS[lib]
         tuned = []
-        for lam in grid if len(grid) > 1 else []:
-            out = run_job({"lib": lib, "lam": lam, "kind": "tune"})
-            records.append({"lib": lib, "kind": "tune", "lam": lam, **out})
-            tuned.append((out.get("rmse", math.inf), lam))
-            print(f"  tune {lib:13s} ridge={lam:<6g} validation RMSE {out.get('rmse', float('nan')):.4f} "
+        biases: list[bool | str] = list(BIASES.get(lib, [True]))
+        cands = [(lam, b) for b in biases for lam in grid]
+        for lam, b in cands if len(cands) > 1 else []:
+            out = run_job({"lib": lib, "lam": lam, "kind": "tune", "bias": b})
+            records.append({"lib": lib, "kind": "tune", "lam": lam, "bias": b, **out})
+            tuned.append((out.get("rmse", math.inf), lam, b))
+            tag = f" bias={b!s:5s}" if lib in BIASES else ""
+            print(f"  tune {lib:13s} ridge={lam:<6g}{tag} validation RMSE {out.get('rmse', float('nan')):.4f} "
                   f"(fit {out.get('fit_s', float('nan')):.1f} s) {out.get('error', '')}", flush=True)  # fmt: skip
-        val_rmse, lam = min(tuned) if tuned else (float("nan"), grid[0])
-        final = run_job({"lib": lib, "lam": lam, "kind": "final"})
-        records.append({"lib": lib, "kind": "final", "lam": lam, **final})
+        val_rmse, lam, bias = min(tuned, key=lambda t: t[0]) if tuned else (float("nan"), *cands[0])
+        final = run_job({"lib": lib, "lam": lam, "kind": "final", "bias": bias})
+        records.append({"lib": lib, "kind": "final", "lam": lam, "bias": bias, **final})
         if "error" in final:
             print(f"  {lib}: {final['error']}", flush=True)
             continue
-        rows.append((lib, lam, val_rmse, final))
+        rows.append((lib, f"{lam:g}" + ("/mean" if bias == "mean" else ""), val_rmse, final))
         if args.out:
             Path(args.out).write_text(json.dumps(records, indent=1))
-    print(f"\n  {'library':13s} {'ridge':>6s} {'val RMSE':>9s} {'test RMSE':>10s} {'epochs':>6s} "
+    print(f"\n  {'library':13s} {'ridge':>8s} {'val RMSE':>9s} {'test RMSE':>10s} {'epochs':>6s} "
           f"{'start-up s':>10s} {'fit s':>7s} {'CPU s':>7s} {'peak MB':>8s} {'above data':>10s}")  # fmt: skip
     for lib, lam, val_rmse, f in rows:
-        print(f"  {lib:13s} {lam:6g} {val_rmse:9.4f} {f['rmse']:10.4f} {f['epochs']:6d} {f['startup_s']:10.1f} "
+        print(f"  {lib:13s} {lam:>8s} {val_rmse:9.4f} {f['rmse']:10.4f} {f['epochs']:6d} {f['startup_s']:10.1f} "
               f"{f['fit_s']:7.1f} {f['cpu_s']:7.1f} {f['peak_mb']:8.0f} {f['peak_over_base_mb']:10.0f}",
               flush=True)  # fmt: skip
     if args.out:

@@ -178,9 +178,8 @@ class MFRecommender(BaseEstimator):
         final test RMSE in 2-3 sweeps and converges in 5-10.  ``"hamsi"``: the incremental
         quasi-Newton method (:func:`dpopt.solvers.hamsi.hamsi`), the default before ALS was added.
         ``"hamsi_distributed"`` (one shard per thread, ``n_shards = n_threads`` unless given in
-        ``solver_options``, e.g. with ``{"engine": "ray"}``) has no time budget; its warm-up
-        steps are bounded by the data's largest bias curvature and its quasi-Newton steps halved
-        (``beta_floor=2``).
+        ``solver_options``, e.g. with ``{"engine": "ray"}``): its warm-up steps are bounded by
+        the data's largest bias curvature and its quasi-Newton steps halved (``beta_floor=2``).
     max_iter : int, default 500
         Maximum number of epochs (ALS: sweeps).
     time_budget : float or None, default None
@@ -374,6 +373,7 @@ class MFRecommender(BaseEstimator):
             opts.setdefault("tol", check_nonneg(self.tol, "tol"))
             opts.setdefault("patience", 5 if self.patience is None else check_int(self.patience, "patience"))
             opts.setdefault("early_stopping", bool(self.early_stopping))
+            opts.setdefault("time_budget", self.time_budget)
             res = hamsi_distributed(problem, **common, **opts)
         elif self.solver == "als":
             patience = 1 if self.patience is None else check_int(self.patience, "patience")

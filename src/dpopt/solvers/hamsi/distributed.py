@@ -88,9 +88,11 @@ class _HamsiShard:
         self.pair: tuple[Float, Float] | None = None
         self.sse = 0.0
         self.n_steps = 0  # inner steps taken (skipped ones excluded), as hamsi counts them
+        self.step_base = 0  # n_steps at the last stall rescue: the step schedules restart there
         self.n_qn = 0  # quasi-Newton steps taken
         self.skip = False  # a restart skips the rest of the outer iteration
         self.failed = False
+        self.epoch_base = 0  # outer iterations done at the last stall rescue
         m = self.mem.memory
         self._len = 3 + 5 * m + 4  # pair products, A g, s·g, y·g, subset loss, non-finite flag
 
@@ -181,7 +183,7 @@ class _HamsiShard:
             self.ref_x, self.ref_g = self.x.copy(), self.g.copy()
             self.safe_x = self.ref_x
             self.guard.new_safe_point()
-        counter = self.n_steps if o["beta_counter"] == "inner" else epoch + 1
+        counter = self.n_steps - self.step_base if o["beta_counter"] == "inner" else epoch + 1 - self.epoch_base
         if self.mem.full:
             beta = max(o["beta_floor"], (o["eta"] * counter) ** o["gamma"])
             coefs = self.mem.coefficients_from(v)
@@ -204,7 +206,7 @@ class _HamsiShard:
         """The whole shard state between outer iterations (copies; arrays and numbers only)."""
         state: dict[str, Any] = {
             "x": self.x.copy(), "n_steps": self.n_steps, "n_qn": self.n_qn, "skip": self.skip,
-            "failed": self.failed,
+            "failed": self.failed, "step_base": self.step_base, "epoch_base": self.epoch_base,
             **lbfgs_state(self.mem, copy=True), **self.guard.state(),
         }  # fmt: skip
         for name in ("ref_x", "ref_g", "safe_x"):
@@ -222,6 +224,8 @@ class _HamsiShard:
             bool(state["failed"]),
         )
         self.n_qn = int(state["n_qn"])
+        self.step_base = int(state.get("step_base", 0))
+        self.epoch_base = int(state.get("epoch_base", 0))
         load_lbfgs(self.mem, state)
         self.guard.load(state)
         for name in ("ref_x", "ref_g", "safe_x"):
@@ -229,6 +233,22 @@ class _HamsiShard:
         if self.safe_x is not None and self.ref_x is not None and np.array_equal(self.safe_x, self.ref_x):
             self.safe_x = self.ref_x
         return self.initial_output()
+
+    def rescue(self, U: Float, V: Float, row_cut: Sequence[int], col_cut: Sequence[int], epoch: int) -> None:
+        """Start afresh from the working factors ``U``, ``V`` (all rows; the shard keeps its block):
+        empty L-BFGS memory, a new safeguard (its restart count kept), step schedules from zero."""
+        r = self.spec.r
+        self.x[: self.nU] = np.asarray(U[row_cut[r] : row_cut[r + 1]], dtype=np.float64).ravel()
+        self.x[self.nU :] = np.asarray(V[col_cut[r] : col_cut[r + 1]], dtype=np.float64).ravel()
+        self.mem.reset()
+        restarts = self.guard.n_restarts
+        o = self.spec.options
+        self.guard = RestartSafeguard(self.spec.n_shards, enabled=o["safeguard"], growth=o["restart_growth"])
+        self.guard.n_restarts = restarts
+        self.ref_x = self.ref_g = self.safe_x = None
+        self.pair = None
+        self.skip = False
+        self.step_base, self.epoch_base = self.n_steps, int(epoch)
 
     def call(self, name: str, *args: Any) -> Any:
         if name == "x":
@@ -239,6 +259,8 @@ class _HamsiShard:
             return self.snapshot()
         if name == "restore":
             return self.restore(*args)
+        if name == "rescue":
+            return self.rescue(*args)
         raise ValueError(f"unknown shard call {name!r}")
 
 
@@ -280,6 +302,10 @@ def hamsi_distributed(
     checkpoint_dir: str | os.PathLike[str] | None = None,
     resume: bool = False,
     max_epochs: int | None = None,
+    time_budget: float | None = None,
+    stall_rescue: bool = True,
+    stall_window: int = 10,
+    stall_tol: float = 1e-3,
 ) -> HamsiResult:
     """HAMSI (L-BFGS, STRATA-B with ``P = n_shards``) on the engines of :mod:`dpopt.distributed.engines`.
 
@@ -321,6 +347,21 @@ def hamsi_distributed(
         value by less than ``tol`` (relative); outer iterations of the gradient warm-up or with a
         safeguard restart count as progress.  ``early_stopping`` monitors the RMSE on ``test``
         and hands back the best-validation factors.
+    time_budget : float or None, default None
+        Stop (status ``"max_time"``) after the first outer iteration that ends with more than
+        this many seconds of optimization (``elapsed``: set-up and evaluations excluded, as in
+        :func:`hamsi`); ``None``: no limit.  A resumed run counts the seconds of the run it
+        continues.
+    stall_rescue, stall_window, stall_tol
+        Stall detection: when the training RMSE improved by less than ``stall_tol`` (relative)
+        per outer iteration on average over ``stall_window`` outer iterations without a safeguard
+        restart, the spectral start (``init_scale="spectral"``, from ``rng`` key ``"rescue"``) is
+        computed once and, if its training RMSE is lower than the current one, every shard starts
+        afresh from it (empty L-BFGS memory, new safeguard, step schedules from zero).  The issue-17
+        case (uncentred ratings, no biases, ``init_scale=1.0``, 2 shards: stuck at RMSE 3.08 on 2M
+        ratings) ends at 0.53 instead.  At most one rescue per run; a run slowing down near its
+        optimum pays one spectral start (seconds on millions of ratings) and goes on unchanged.
+        ``n_rescues`` in ``options`` and the message report it.
     checkpoint_every : int, default 5
         Outer iterations between checkpoints of every shard's state (factors, L-BFGS memory,
         safeguard), kept in the driver's memory and, with ``checkpoint_dir``, written to disk.
@@ -338,9 +379,13 @@ def hamsi_distributed(
         iteration.
     resume : bool, default False
         Continue from the state in ``checkpoint_dir`` if there is one (else start afresh), e.g.
-        after the driver crashed.  With the same problem, options and ``rng`` seed the factors and
-        the RMSE history equal those of an uninterrupted run (times differ); a state saved by a
-        different run (other data, shard count or options) is refused.
+        after the driver crashed.  With the same problem, options, shard count and ``rng`` seed
+        the factors and the RMSE history equal those of an uninterrupted run (times differ); a
+        state saved by a different run (other data or options) is refused.  A state saved with
+        another ``n_shards`` is continued from its factors, on the new shards, with fresh L-BFGS
+        memory, safeguard and step schedules (the driver's history, stopping-rule and
+        ``time_budget`` accounting are kept; the message says so): a valid run, not the one an
+        uninterrupted run would have given, and ``n_steps`` counts the new shards' steps only.
 
     Returns
     -------
@@ -402,6 +447,9 @@ def hamsi_distributed(
     if early_stopping and test is None:
         raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
     max_recoveries = check_int(max_recoveries, "max_recoveries", minimum=0)
+    budget = None if time_budget is None else check_positive(time_budget, "time_budget")
+    stall_window = check_int(stall_window, "stall_window")
+    stall_tol = check_nonneg(stall_tol, "stall_tol")
     if resume and checkpoint_dir is None:
         raise InvalidParameterError("resume: needs checkpoint_dir= (where the state file is kept)")
     ckpt = state_path(checkpoint_dir) if checkpoint_dir is not None else None
@@ -410,15 +458,35 @@ def hamsi_distributed(
             f"test: expected a Ratings of shape {problem.shape} (same users and items)"
         )
     t_setup = time.perf_counter()
-    r_init, r_sched, _ = (as_generator(c) for c in spawn(rng, ["init", "schedule", "partition"]))
+    r_init, r_sched, _, r_rescue = (
+        as_generator(c) for c in spawn(rng, ["init", "schedule", "partition", "rescue"])
+    )
+    rescue_seed = int(r_rescue.integers(2**63 - 1))  # a replayed rescue draws the same start
+    n = problem.n_ratings
+    mu = float(problem.offset or 0.0)
+    fingerprint = {
+        "method": "hamsi_distributed", "shape": problem.shape, "n_ratings": n, "rank": problem.rank,
+        "bias": problem.bias, "l2": problem.l2, "n_shards": P, "schedule": schedule,
+        "early_stopping": early_stopping, "offset": mu, "stall_rescue": bool(stall_rescue),
+        "stall_window": stall_window, "stall_tol": stall_tol, **options,
+    }  # fmt: skip
+    if ckpt is not None:
+        fingerprint["data"] = _data_digest(problem)
+    saved, saved_shards = None, P
+    if resume and ckpt is not None:
+        # another shard count is allowed: the run continues from the saved factors (see resume)
+        saved = load_state(ckpt, {k: v for k, v in fingerprint.items() if k != "n_shards"})
+        if saved is not None:
+            saved_shards = int(str(saved["fp_n_shards"]))
     part = strata_b(problem.ratings, P)
     assert part.row_cuts is not None and part.col_cuts is not None
     rc, cc = part.row_cuts, part.col_cuts
     from dpopt.solvers.hamsi._execution import _initial_point
 
     U0, V0 = (a.copy() for a in problem.unpack(_initial_point(problem, init, init_scale, r_init)))
+    if saved is not None and saved_shards != P:
+        _factors_of(saved, strata_b(problem.ratings, saved_shards), problem.width, U0, V0)
     rt = problem.ratings
-    mu = float(problem.offset or 0.0)
     orders = subset_schedule(P, schedule, repeat_first=P > 1, rng=r_sched)
     steps: list[tuple[int, int, int, bool, bool]] = []
     first_round = [0]  # first engine round of every outer iteration (and the end)
@@ -429,7 +497,6 @@ def hamsi_distributed(
             closing = P == 1 or ell == len(order) - 1
             steps.append((epoch, len(steps), k, first, closing))
         first_round.append(3 * len(steps))
-    n = problem.n_ratings
     share = tuple(float(sum(b.shape[0] for b in part.blocks[s])) / n for s in range(P))
     reg = tuple(problem.l2 * sh for sh in share)
     specs = []
@@ -459,14 +526,6 @@ def hamsi_distributed(
                 reg_V=problem._reg_V if problem.bias else None,
             )
         )
-    fingerprint = {
-        "method": "hamsi_distributed", "shape": problem.shape, "n_ratings": n, "rank": problem.rank,
-        "bias": problem.bias, "l2": problem.l2, "n_shards": P, "schedule": schedule,
-        "early_stopping": early_stopping, **options,
-    }  # fmt: skip
-    if ckpt is not None:
-        fingerprint["data"] = _data_digest(problem)
-    saved = load_state(ckpt, fingerprint) if resume and ckpt is not None else None
     if isinstance(engine, str):
         engine_options = {"processes": {"n_workers": P}, "ray": {"n_actors": P}}.get(engine, {})
         eng = make_engine(engine, **engine_options)
@@ -493,6 +552,9 @@ def hamsi_distributed(
     # convergence / early stopping: the monitored value's best, evaluations since it improved by
     # tol, restarts and quasi-Newton steps at the previous evaluation; the best-validation factors
     mon = {"best": math.inf, "since": 0, "restarts": 0, "qn": 0}
+    # stall detection: evaluations since the last restart / rescue, rescues done, whether the
+    # spectral start was computed (once per run)
+    stall = {"clean": 0, "rescues": 0, "spectral_rmse": math.nan}
     mon_U, mon_V = (U0.copy(), V0.copy()) if early_stopping else (None, None)
 
     def fill() -> None:
@@ -528,6 +590,7 @@ def hamsi_distributed(
             mon["since"] = 0  # progress, a restart, or no quasi-Newton step yet (warm-up)
         else:
             mon["since"] += 1
+        stall["clean"] = 0 if d["restarts"] != mon["restarts"] else stall["clean"] + 1
         mon["restarts"], mon["qn"] = d["restarts"], d["qn"]
         if value < mon["best"]:
             mon["best"] = value
@@ -542,6 +605,7 @@ def hamsi_distributed(
             "hist_t": np.asarray(hist_t, dtype=np.float64), "hist_e": np.asarray(hist_e, dtype=np.int64),
             "hist_r": np.asarray(hist_r, dtype=np.float64), "hist_te": np.asarray(hist_te, dtype=np.float64),
             **{"timing_" + k: v for k, v in timings.items()}, **{"mon_" + k: v for k, v in mon.items()},
+            **{"stall_" + k: v for k, v in stall.items()},
             **({"mon_U": mon_U.copy(), "mon_V": mon_V.copy()} if mon_U is not None and mon_V is not None else {}),
         }  # fmt: skip
 
@@ -557,6 +621,8 @@ def hamsi_distributed(
         mon["best"] = float(state["mon_best"])
         for key in ("since", "restarts", "qn"):
             mon[key] = int(state["mon_" + key])
+        stall["clean"], stall["rescues"] = int(state["stall_clean"]), int(state["stall_rescues"])
+        stall["spectral_rmse"] = float(state["stall_spectral_rmse"])
         if mon_U is not None and mon_V is not None:
             mon_U[:], mon_V[:] = state["mon_U"], state["mon_V"]
         return int(state["epoch"])
@@ -571,10 +637,59 @@ def hamsi_distributed(
 
     status, message = "max_iter", ""
     recoveries: list[str] = []
+    rescued: list[str] = []
+    resharded: list[str] = []
+
+    def stalled() -> bool:
+        """Less than ``stall_tol`` relative progress per outer iteration over ``stall_window`` of
+        them, none with a restart (an increase is the safeguard's business, not a stall)."""
+        if not stall_rescue or stall["rescues"] or stall["clean"] < stall_window:
+            return False
+        if len(hist_r) <= stall_window or not math.isfinite(hist_r[-1]):
+            return False
+        ref = hist_r[-1 - stall_window]
+        return ref * (1.0 - stall_tol * stall_window) < hist_r[-1] <= ref
+
+    def spectral() -> tuple[Float, Float]:
+        return problem.init_factors(rng=np.random.default_rng(rescue_seed), scale="spectral")
+
+    def rescue(epoch: int) -> None:
+        """Restart every shard from the spectral start if it fits better than the stalled iterate
+        (the start's RMSE is computed once per run; the start itself again when it is used)."""
+        if math.isnan(stall["spectral_rmse"]):
+            stall["spectral_rmse"] = problem.rmse(*spectral())
+        at, fresh = hist_r[-1], stall["spectral_rmse"]
+        if not fresh < at:
+            return
+        Us, Vs = spectral()
+        eng.call("rescue", Us, Vs, [int(c) for c in rc], [int(c) for c in cc], epoch)
+        stall["rescues"] += 1
+        gather(epoch)  # the new point is evaluated and recorded
+        stall["clean"] = 0
+        note = (
+            f"stalled at training RMSE {at:.4g} (less than tol={stall_tol:g} relative progress per "
+            f"outer iteration over {stall_window}); restarted after outer iteration {epoch} from "
+            f"the spectral start (RMSE {fresh:.4g})"
+        )
+        if note not in rescued:  # a recovery may replay the rescue
+            rescued.append(note)
     done = 0
     try:
         _k.warmup()
-        if saved is not None:
+        if saved is not None and saved_shards != P:
+            # resumed with another shard count: the saved factors (already in the specs), fresh
+            # shard programs (L-BFGS memory, safeguard, step schedules), the driver's history
+            done = load_driver(saved)
+            eng.start(_make_hamsi_shard, specs, [list(range(P))] * P)
+            eng.call("rescue", U0, V0, [int(c) for c in rc], [int(c) for c in cc], done)
+            fill()
+            shard_states = eng.call("snapshot")
+            resharded.append(
+                f"resumed from a checkpoint of {saved_shards} shards with n_shards={P}: continued "
+                f"from its factors after outer iteration {done} with fresh quasi-Newton memory and "
+                "step schedules (not the result of an uninterrupted run)"
+            )
+        elif saved is not None:
             shard_states = [
                 {
                     key[len(f"shard{r}_") :]: value
@@ -611,6 +726,8 @@ def hamsi_distributed(
                 epoch += 1
                 gather(epoch)
                 failed = bool(shard_diag[0]["failed"]) or not math.isfinite(hist_r[-1])
+                if not failed and epoch < max_epochs and stalled():
+                    rescue(epoch)
                 if not failed and epoch < max_epochs and epoch % checkpoint_every == 0:
                     states = eng.call("snapshot")
                     memory_ckpt = (epoch, states, driver_state(epoch))
@@ -636,6 +753,10 @@ def hamsi_distributed(
                 if held_out is not None:
                     hist_te.append(held_out(U, V))
                 break
+            if budget is not None and elapsed >= budget:
+                status = "max_time"
+                message = f"hamsi_distributed: time budget of {budget:g} s reached after {epoch} epochs"
+                break
             if patience is not None and mon["since"] >= patience:
                 status = "converged"
                 what = "validation RMSE" if early_stopping else "training objective"
@@ -658,8 +779,8 @@ def hamsi_distributed(
         if own:
             eng.close()
     U_out, V_out, row_bias, col_bias = problem.split(U, V)
-    if recoveries:
-        message = (message + "; " if message else "") + "; ".join(recoveries)
+    if recoveries or rescued or resharded:
+        message = (message + "; " if message else "") + "; ".join(resharded + rescued + recoveries)
     return HamsiResult(
         U=U_out,
         V=V_out,
@@ -679,7 +800,7 @@ def hamsi_distributed(
         n_restarts=int(shard_diag[0]["restarts"]),
         n_threads=P,
         partition_balance=MappingProxyType(part.balance()),
-        options=MappingProxyType(dict(options, n_subsets=P, engine=eng.name)),
+        options=MappingProxyType(dict(options, n_subsets=P, engine=eng.name, n_rescues=stall["rescues"])),
         message=message or f"hamsi_distributed: {done} epochs ({status})",
         row_bias=row_bias,
         col_bias=col_bias,
@@ -691,6 +812,22 @@ def hamsi_distributed(
 
 
 _DIVERGED = "diverged (non-finite values); the factors are the best evaluated iterate"
+
+
+def _factors_of(saved: dict[str, Any], part: Any, width: int, U: Float, V: Float) -> None:
+    """Write the working factors held by the shards of a saved state into ``U`` and ``V``
+    (``part``: the STRATA-B partition with the saved shard count)."""
+    rc, cc = part.row_cuts, part.col_cuts
+    for r in range(len(rc) - 1):
+        key = f"shard{r}_x"
+        if key not in saved:
+            raise InvalidParameterError(f"checkpoint_dir: the state file lacks shard {r}'s factors")
+        x = np.asarray(saved[key], dtype=np.float64)
+        nU = (rc[r + 1] - rc[r]) * width
+        if x.shape != (nU + (cc[r + 1] - cc[r]) * width,):
+            raise InvalidParameterError(f"checkpoint_dir: shard {r}'s factors do not fit this problem")
+        U[rc[r] : rc[r + 1]] = x[:nU].reshape(-1, width)
+        V[cc[r] : cc[r + 1]] = x[nU:].reshape(-1, width)
 
 
 def _data_digest(problem: MatrixFactorizationProblem) -> str:
