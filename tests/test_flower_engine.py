@@ -475,3 +475,46 @@ def test_site_worker_waits_are_bounded(tmp_path, monkeypatch) -> None:
         monkeypatch.setenv(fe.WORKER_ENV, mute)
         with pytest.raises(RuntimeError, match=r"no answer within 0.5 s"):
             fe._ask_worker(("hello",))
+
+
+def test_site_worker_handshake_is_bounded(tmp_path, monkeypatch) -> None:
+    """A process that opens the worker's socket and never answers the authentication challenge is
+    dropped after WORKER_HANDSHAKE_TIMEOUT; the next ClientApp is served.  And a ClientApp whose
+    "worker" never sends the challenge gives up instead of waiting forever."""
+    import socket
+    import threading
+
+    monkeypatch.setattr(fe, "WORKER_HANDSHAKE_TIMEOUT", 0.5)
+    key = os.urandom(16)
+    address = str(tmp_path / "w.sock")
+    ready = threading.Event()
+    threading.Thread(target=fe.serve_site_worker, args=(tmp_path / "missing.toml", address, key),
+                     kwargs={"ready": ready}, daemon=True).start()  # fmt: skip
+    assert ready.wait(30)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+        mute.connect(address)  # opens the socket, never answers the challenge
+        monkeypatch.setenv(fe.WORKER_ENV, address)
+        monkeypatch.setenv(fe.WORKER_KEY_ENV, key.hex())
+        answers: list[object] = []
+
+        def ask() -> None:
+            try:
+                answers.append(fe._ask_worker(("hello",)))
+            except RuntimeError as exc:  # the worker's answer to a request it cannot serve
+                answers.append(str(exc))
+
+        asker = threading.Thread(target=ask, daemon=True)
+        asker.start()
+        asker.join(20)
+        assert answers and str(answers[0]).startswith("site worker: ")  # served by the worker, not timed out
+    # the other direction: a socket that accepts and never sends the challenge
+    silent = str(tmp_path / "silent.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(silent)
+        listener.listen()
+        monkeypatch.setenv(fe.WORKER_ENV, silent)
+        done: list[object] = []
+        t = threading.Thread(target=lambda: done.append(fe._ask_worker(("hello",))), daemon=True)
+        t.start()
+        t.join(20)
+        assert done == [None]  # no worker reachable: the ClientApp answers by itself

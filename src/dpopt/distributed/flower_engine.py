@@ -727,6 +727,10 @@ def _log_timing(op: str, seconds: float) -> None:
 #: and the key that authenticates the ClientApp processes to it (see :func:`serve_site_worker`).
 WORKER_ENV = "DPOPT_SITE_WORKER"
 WORKER_KEY_ENV = "DPOPT_SITE_WORKER_KEY"
+#: Seconds the site worker gives a peer for the authentication handshake (a peer that does not
+#: answer the challenge in time is dropped); a ClientApp waits three times as long for the worker
+#: (which may first have to drop a stuck peer), then answers the request itself.
+WORKER_HANDSHAKE_TIMEOUT = 10.0
 #: Seconds the site worker waits for a connected ClientApp to send its request (then drops it).
 WORKER_READ_TIMEOUT = 30.0
 #: Seconds a ClientApp waits for the worker's answer (a local step; the coordinator's own round
@@ -747,59 +751,113 @@ def _site_request(config: str, request: Any) -> tuple[str, Any, Any, Any]:
     return "ok", out, value, state
 
 
+def _io_timeout(conn: Any, seconds: float) -> None:
+    """Bound every read and write on ``conn``'s socket to ``seconds`` (SO_RCVTIMEO / SO_SNDTIMEO).
+
+    A read or write that waits longer fails with ``OSError`` (also a partial message that stalls),
+    so no peer of the site worker's socket can block the other end.
+    """
+    import socket
+    import struct
+
+    whole = int(seconds)
+    tv = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    s = socket.socket(fileno=conn.fileno())
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    finally:
+        s.detach()  # the connection keeps the descriptor
+
+
 def serve_site_worker(config: str | Path, address: str, authkey: bytes, *, ready: Any = None) -> None:
     """Answer this site's ClientApp requests in one long-lived process (``dpopt site serve`` runs it).
 
     Flower starts a new ClientApp process for every message; without a worker each of them imports
     the numerical stack, reads the site's rows and rebuilds the shard program.  The worker keeps
     them: a ClientApp process hands its request to the worker over a Unix socket (mode 0600, in a
-    private directory, HMAC-authenticated with ``authkey``) and returns the answer.  Requests and
-    answers are encoded with :func:`safe_dumps` and decoded with :func:`safe_loads` (no pickle of
-    arbitrary objects); the node state still lives in Flower's node state, sent with each request.
+    private directory, HMAC-authenticated with ``authkey`` by ``multiprocessing``'s challenge) and
+    returns the answer.  Requests and answers are encoded with :func:`safe_dumps` and decoded with
+    :func:`safe_loads` (no pickle of arbitrary objects); the node state still lives in Flower's
+    node state, sent with each request.  Every wait is bounded: a peer that does not complete the
+    authentication within :data:`WORKER_HANDSHAKE_TIMEOUT` or send its request within
+    :data:`WORKER_READ_TIMEOUT` is dropped, so no process that opens the socket can block the site.
     Runs until the process exits; ``ready`` (a ``threading.Event``) is set once it listens.
     """
     import os
+    import socket
     from multiprocessing import AuthenticationError
-    from multiprocessing.connection import Listener
+    from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
-    with Listener(address, family="AF_UNIX", authkey=authkey) as listener:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(address)
         os.chmod(address, 0o600)
+        sock.listen()
         if ready is not None:
             ready.set()
         while True:
             try:
-                conn = listener.accept()
-            except (AuthenticationError, OSError, EOFError):
+                peer, _ = sock.accept()
+            except OSError:
                 continue
-            with conn:
-                if not conn.poll(WORKER_READ_TIMEOUT):  # a silent client must not block the site
+            peer.setblocking(True)
+            with Connection(peer.detach()) as conn:
+                try:
+                    _io_timeout(conn, WORKER_HANDSHAKE_TIMEOUT)  # a peer that never answers is dropped
+                    deliver_challenge(conn, authkey)
+                    answer_challenge(conn, authkey)
+                    _io_timeout(conn, WORKER_READ_TIMEOUT)
+                    if not conn.poll(WORKER_READ_TIMEOUT):  # a silent client must not block the site
+                        continue
+                    request = conn.recv_bytes()
+                except (AuthenticationError, OSError, EOFError):
                     continue
                 try:
-                    reply: Any = _site_request(str(config), safe_loads(conn.recv_bytes()))
+                    reply: Any = _site_request(str(config), safe_loads(request))
                 except Exception as exc:  # an unexpected failure is the ClientApp's error, not the worker's end
                     reply = ("crash", f"{type(exc).__name__}: {exc}", None, None)
                 try:
                     conn.send_bytes(safe_dumps(reply))
                 except (OSError, EOFError):
                     continue
+    finally:
+        sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(address)
 
 
 def _ask_worker(request: Any) -> tuple[str, Any, Any, Any] | None:
     """The site worker's answer, or None when no worker is configured or reachable."""
     import os
-    from multiprocessing.connection import Client
+    import socket
+    from multiprocessing import AuthenticationError
+    from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 
     address = os.environ.get(WORKER_ENV)
     if not address or not os.path.exists(address):
         return None
     try:
-        with Client(address, family="AF_UNIX", authkey=bytes.fromhex(os.environ.get(WORKER_KEY_ENV, ""))) as conn:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            wait = 3.0 * WORKER_HANDSHAKE_TIMEOUT  # the worker may first have to drop a stuck peer
+            s.settimeout(wait)
+            s.connect(address)
+            s.setblocking(True)
+            conn = Connection(s.detach())
+        with conn:
+            _io_timeout(conn, wait)  # a worker that never sends the challenge
+            authkey = bytes.fromhex(os.environ.get(WORKER_KEY_ENV, ""))
+            answer_challenge(conn, authkey)
+            deliver_challenge(conn, authkey)
+            _io_timeout(conn, WORKER_REPLY_TIMEOUT)
             conn.send_bytes(safe_dumps(request))
             if not conn.poll(WORKER_REPLY_TIMEOUT):
                 raise RuntimeError(
                     f"site worker: no answer within {WORKER_REPLY_TIMEOUT:g} s (is 'dpopt site serve' stuck?)"
                 )
             reply: tuple[str, Any, Any, Any] = safe_loads(conn.recv_bytes())
+    except AuthenticationError:
+        raise RuntimeError("site worker: the worker's socket refused this ClientApp's key") from None
     except (OSError, EOFError, ValueError):
         return None
     if reply[0] == "crash":
