@@ -518,3 +518,150 @@ def test_site_worker_handshake_is_bounded(tmp_path, monkeypatch) -> None:
         t.start()
         t.join(20)
         assert done == [None]  # no worker reachable: the ClientApp answers by itself
+
+
+# ----------------------------------------------------------------------------------------------
+# A site's own privacy schedule (site.toml), never sent to the coordinator
+# ----------------------------------------------------------------------------------------------
+
+SITE_KEY = (123456789, 987654321)
+OWN = {0: "penalty = 0.7\npenalty_ratio = 1.2\nnoise_rate = 4.0\nnoise_ratio = 1.1", 1: "epsilon = 0.8\nnoise_ratio = 1.02"}
+
+
+def _own_schedules(tmp_path):
+    """Sites s0 (own η and α) and s1 (own ε target, α derived on the site) keep their schedules;
+    s2 uses the job's.  All three share one site key file (so that the in-process engine, which
+    has one key, can draw the same noise)."""
+    grid = _loopback(tmp_path)
+    for k in range(3):
+        (tmp_path / f"s{k}.key").write_text(f"{SITE_KEY[0]} {SITE_KEY[1]}\n")
+        own = f"[privacy.schedule]\n{OWN[k]}\n" if k in OWN else ""
+        (tmp_path / f"s{k}.toml").write_text(
+            f'[privacy]\nnoise_key_file = "s{k}.key"\nbudget = 50.0\nledger = "s{k}.db"\n{own}'
+            f'[[site]]\nname = "s{k}"\nloader = "{tmp_path / f"s{k}.npz"}"\n'
+        )
+    return grid
+
+
+def _payload(message) -> bytes:
+    """Everything a Flower message carries, as bytes (arrays raw, numbers in both byte orders)."""
+    import struct
+
+    if message.has_error():
+        return message.error.reason.encode()
+    out = []
+    for record in message.content.config_records.values():
+        for v in record.values():
+            for item in v if isinstance(v, list) else [v]:
+                if isinstance(item, bytes):
+                    out.append(item)
+                elif isinstance(item, str):
+                    out.append(item.encode())
+                elif isinstance(item, float):
+                    out += [struct.pack("<d", item), struct.pack(">d", item)]
+    for record in message.content.array_records.values():
+        out += [a.numpy().tobytes() for a in record.values()]
+    return b"|".join(out)
+
+
+def _found(blob: bytes, values) -> list[float]:
+    """The values (float64) whose 8 bytes occur in ``blob``, little- or big-endian (pickled floats)."""
+    import struct
+
+    return [float(v) for v in np.ravel(values) if struct.pack("<d", v) in blob or struct.pack(">d", v) in blob]
+
+
+def test_a_site_keeps_its_own_schedule_from_the_coordinator(tmp_path, monkeypatch) -> None:
+    """Two sites set their own penalty and noise schedules in site.toml (one as an ε target).  The
+    released rounds equal the in-process engine's run with those schedules, bit for bit; the
+    per-node bounds are the sites' figures; and no message the coordinator receives or sends, no
+    file of its run directory and nothing in its result holds a value of those schedules (the
+    check finds them once a planted bug puts them in the sites' snapshot)."""
+    from dpopt.accounting import Budget
+    from dpopt.distributed import admm as admm_mod
+    from dpopt.distributed.admm_privacy import calibrate_noise_rate
+    from dpopt.distributed.schedules import geometric as geo
+
+    traffic: list[bytes] = []
+
+    def tapped(grid):  # records every message the coordinator sends and receives
+        inner = grid.send_and_receive
+
+        def tap(msgs, timeout=None):
+            replies = inner(msgs, timeout=timeout)
+            traffic.extend(_payload(m) for m in [*msgs, *replies])
+            return replies
+
+        grid.send_and_receive = tap
+        return grid
+
+    grid = tapped(_own_schedules(tmp_path / "sites"))
+    engine = fe.FlowerEngine(grid, n_sites=3)
+    res = _admm().run(REMOTE, rng=3, engine=engine, record_models=True, checkpoint_dir=tmp_path / "run")
+
+    # the reference: the in-process engine given the sites' schedules (and the sites' noise key)
+    job = _admm()
+    eta = geo([0.7, 0.5, 0.5], [1.2, 1.1, 1.1]).table(3, 3)
+    a1 = calibrate_noise_rate(Budget(0.8 / 1.01, 0.0), penalty=eta[:, [1]], degrees=[2.0], sizes=[40.0], ratio=1.02,
+                              reg_per_node=job.reg / 3, c1=job._consts.c1, lipschitz=job._consts.lipschitz)  # fmt: skip
+    alpha = geo([4.0, a1, 5.0], [1.1, 1.02, 1.05]).table(3, 3)
+    ref_job = PrivateADMM(ring(3), method="pp", penalty=eta, theta=0.5, noise_rate=alpha, max_iter=3)
+    real_key = admm_mod._draw_key
+    monkeypatch.setattr(admm_mod, "_draw_key", lambda g: fe.derive_noise_key(SITE_KEY, real_key(g)))
+    local = [Site(f"s{k}", loader=str(tmp_path / "sites" / f"s{k}.npz")) for k in range(3)]
+    ref = ref_job.run(local, rng=3, record_models=True)
+    monkeypatch.setattr(admm_mod, "_draw_key", real_key)
+    assert np.array_equal(ref.models_history, res.models_history)
+    assert res.node_privacy == pytest.approx(ref.node_privacy, rel=1e-12)
+    assert res.privacy.epsilon == pytest.approx(ref.privacy.epsilon, rel=1e-12)
+    assert res.parameters["site_schedules"] == ["s0", "s1"]
+    assert any("ran their own penalty and noise schedules" in n for n in res.privacy.notes)
+    for k in range(3):  # the per-node report is what each site's own ledger holds
+        ledger = Ledger("sqlite:///" + str(tmp_path / "sites" / f"s{k}.db"))
+        assert ledger.spent(f"s{k}").epsilon == pytest.approx(res.node_privacy[k], rel=1e-12)
+    # the job's own bound for s0 and s1 is not what was run
+    assert not np.allclose(job.privacy_bound([40, 40, 40])[-1][:2], res.node_privacy[:2])
+
+    # what the coordinator saw and stored holds none of the sites' schedule values
+    beta = ref_job._inexact_rate_table(np.full(3, 40.0), alpha)
+    assert beta is not None
+    secret = np.concatenate([eta[:, 0], alpha[:, :2].ravel(), beta[:, :2].ravel()])
+    stored = b"|".join(p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file())
+    assert stored and traffic
+    assert _found(b"|".join(traffic), secret) == []
+    assert _found(stored, secret) == []
+    assert _found(pickle.dumps((dict(res.parameters), res.privacy.notes)), secret) == []
+    assert len(_found(b"|".join(traffic), job.penalty_table()[:, 2])) == 3  # the check sees what is sent
+    # power: a planted bug (sites put their penalty table into the snapshot they return) is found
+    real_snapshot = fe._snapshot
+
+    def leaky(program):
+        snap = real_snapshot(program)
+        return None if snap is None else {**snap, "eta": program.program.spec.penalty}
+
+    monkeypatch.setattr(fe, "_snapshot", leaky)
+    traffic.clear()
+    _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(tapped(_own_schedules(tmp_path / "leaky")), n_sites=3))
+    assert len(_found(b"|".join(traffic), eta[:, 0])) == 3
+
+
+def test_a_site_schedule_is_checked(tmp_path) -> None:
+    """No schedule without the site's own noise key; a site with its own schedule refuses a job
+    without noise, and an η below the job's θ; the coordinator names the site."""
+    p = tmp_path / "site.toml"
+    for bad, what in (("[privacy.schedule]\nnoise_rate = 3.0", "needs noise_key_file"),
+                      ('noise_key_file = "k"\n[privacy.schedule]\npenalty = 1.0', "exactly one of"),
+                      ('noise_key_file = "k"\n[privacy.schedule]\nnoise_rate = 1\nepsilon = 1', "exactly one of"),
+                      ('noise_key_file = "k"\n[privacy.schedule]\nnoise_rate = -1', "positive"),
+                      ('noise_key_file = "k"\n[privacy.schedule]\nnoise = 1', "unknown")):  # fmt: skip
+        p.write_text(f'[privacy]\n{bad}\n[[site]]\nname = "a"\nloader = "a.npz"\n')
+        with pytest.raises(fe.InvalidParameterError, match=what):
+            fe.load_site_policy(p)
+    grid = _own_schedules(tmp_path / "a")
+    nonprivate = PrivateADMM(ring(3), method="m-admm", penalty=geometric(0.5, 1.1), theta=0.5, max_iter=3)
+    with pytest.raises(fe.InvalidParameterError, match=r"site\(s\) s0, s1 keep their own privacy schedule"):
+        nonprivate.run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))
+    (tmp_path / "a" / "s0.toml").write_text((tmp_path / "a" / "s0.toml").read_text().replace("penalty = 0.7", "penalty = 0.3"))
+    with pytest.raises(fe.EngineError, match=r"site s0 \(shard 0\) failed during start-up: MessageRefused: site s0: "
+                                             r"refuses the job: its own penalty"):  # fmt: skip
+        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))

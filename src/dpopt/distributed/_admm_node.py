@@ -429,6 +429,7 @@ class ShardSpec:
     loss_param: float = 0.0
     c1: float = math.nan  # the privacy bound's curvature constant (for a site's own ledger; not used here)
     lipschitz: float = math.nan  # its gradient constant G
+    inexact_fraction: float = 0.0  # f of inexact_rate (a site that sets its own schedule derives β from it)
 
 
 class ADMMShard:

@@ -706,9 +706,26 @@ class PrivateADMM:
         )
         return np.full((t_, n), a1) * self.noise_ratio ** np.arange(t_)[:, None]
 
+    def _site_ledger(self, ledger: Array, eng: Engine, sites: Sequence[Site], owned: Sequence[int]) -> Array:
+        """``ledger`` with the columns of sites that keep their own schedule replaced by their reports."""
+        reported = getattr(eng, "site_privacy", {})
+        out = np.array(ledger, dtype=np.float64)
+        for i in owned:
+            got = reported.get(sites[i].name)
+            arr = None if got is None else np.asarray(got, dtype=np.float64)
+            if arr is None or arr.shape != (self.n_rounds,) or not np.all(np.isfinite(arr) & (arr > 0)) or np.any(
+                np.diff(arr) < 0
+            ):
+                raise InvalidParameterError(
+                    f"site {sites[i].name}: keeps its own privacy schedule but did not report a valid per-node "
+                    f"bound P_i(t) for the {self.n_rounds} rounds at start-up (engine {eng.name!r})"
+                )
+            out[:, i] = arr
+        return out
+
     # -- checks ---------------------------------------------------------------------------------
 
-    def _assumption_failures(self, norms_ok: bool, sizes: Array) -> list[str]:
+    def _assumption_failures(self, norms_ok: bool, sizes: Array, site_owned: Sequence[int] = ()) -> list[str]:
         fails = []
         deg = self.topology.degrees.astype(float)
         c = self.loss_weight
@@ -724,7 +741,8 @@ class PrivateADMM:
             fails.append(
                 f"loss_weight C={c:g} exceeds the smallest node size {int(sizes.min())} (needs C <= B_i)"
             )
-        if np.any(self._theta.max(axis=0) > self._penalty.min(axis=0)):
+        job_eta = np.delete(self._penalty, list(site_owned), axis=1)  # sites with their own η check it there
+        if np.any(np.delete(self._theta, list(site_owned), axis=1).max(axis=0, initial=-np.inf) > job_eta.min(axis=0, initial=np.inf)):
             fails.append("θ_i(r) > η_i(r) for some node and round (needs θ <= η_i(t))")
         theta_min = self._theta.min(axis=0)
         lhs = (sizes / c) * (self.reg / self.topology.n_nodes + 2.0 * theta_min * deg)
@@ -857,6 +875,7 @@ class PrivateADMM:
             )
         status = "completed"
         recoveries = 0
+        site_owned: list[int] = []
         try:
             if sites is not None:
                 groups = site_groups(sites)
@@ -879,6 +898,13 @@ class PrivateADMM:
                     )
                 dim = dims.pop()
                 norms_ok = True  # every site maps its rows onto the declared ball (see _node_rows)
+                # sites that keep their own privacy schedule (Flower, site.toml) say so, and only that
+                site_owned = [i for i, s in enumerate(sites) if by_name[s.name].get("site_schedule")]
+                if site_owned and self.method not in _PRIVATE:
+                    raise InvalidParameterError(
+                        f"method {self.method!r}: site(s) {', '.join(sites[i].name for i in site_owned)} keep their "
+                        "own privacy schedule and run only private methods ('pp', 'dvp', 'primal')"
+                    )
             private = self.method in _PRIVATE
             notes: list[str] = []
             if sites is not None and math.isfinite(xb):
@@ -888,7 +914,7 @@ class PrivateADMM:
                 )
             claim_holds = True
             if private:
-                fails = self._assumption_failures(norms_ok, sizes)
+                fails = self._assumption_failures(norms_ok, sizes, site_owned)
                 if fails:
                     msg = "assumptions of the privacy bound fail: " + "; ".join(fails)
                     if self.mode == "strict":
@@ -952,12 +978,17 @@ class PrivateADMM:
                 raise InvalidParameterError("resume: needs checkpoint_dir")
             run_id = store.run_id if store is not None else None
             label = f"admm-{self.method}" + (f" run {run_id}" if run_id else "")
-            if store is not None and store.resumed and _already_composed(accountant, label):
-                notes.append(f"resumed run {run_id}: already composed into the accountant, not charged again")
-            else:
-                self._commit(
-                    private, claim_holds, float(ledger[-1].max()) if private else math.inf, accountant, label
-                )
+
+            def commit_run() -> None:
+                if store is not None and store.resumed and _already_composed(accountant, label):
+                    notes.append(f"resumed run {run_id}: already composed into the accountant, not charged again")
+                else:
+                    self._commit(
+                        private, claim_holds, float(ledger[-1].max()) if private else math.inf, accountant, label
+                    )
+
+            if not site_owned:  # else: their bounds P_i come from the sites at start-up (before any noise)
+                commit_run()
             # run key: stored (resume) or drawn, then stored before any noise is drawn
             stored_key = store.key() if store is not None else None
             g = check_rng(rng) if stored_key is None or isinstance(rng, int | np.integer) else None
@@ -1017,6 +1048,15 @@ class PrivateADMM:
             else:
                 t = 0
                 eng.start(factory, jobs, sources, placement=placement)
+            if site_owned:
+                assert sites is not None
+                ledger = self._site_ledger(ledger, eng, sites, site_owned)
+                notes.append(
+                    f"site(s) {', '.join(sites[i].name for i in site_owned)} ran their own penalty and noise "
+                    "schedules (site.toml), which the coordinator does not know; their per-node bounds P_i(t) are "
+                    "the sites' own figures, reported at start-up before any noise was drawn"
+                )
+                commit_run()
             models = _gather_models(eng.call("snapshot"), groups, n, dim)
             if saved is None:
                 _log_release(store, logged, 0, models, full_log)
@@ -1128,6 +1168,7 @@ class PrivateADMM:
             "n_shards": len(groups),
             "recoveries": recoveries,
             "sites": [s.name for s in sites] if sites is not None else None,
+            "site_schedules": [sites[i].name for i in site_owned] if sites is not None else [],
             "run_id": run_id,
             **topo.summary(spectral=None),  # never an eigen-solve after the noise
         }
@@ -1313,6 +1354,7 @@ class PrivateADMM:
                     loss_param=self._consts.loss_param,
                     c1=self._consts.c1,
                     lipschitz=self._consts.lipschitz,
+                    inexact_fraction=self.inexact_fraction,
                 )
             )
             sources.append(tuple(src))

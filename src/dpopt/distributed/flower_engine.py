@@ -32,11 +32,20 @@ Noise keys: a site whose ``site.toml`` names a key file (``[privacy] noise_key_f
 :func:`load_noise_key`) draws its nodes' noise from a key derived from its own secret and the run
 key (:func:`derive_noise_key`), so the coordinator cannot recompute (and remove) that site's noise.
 
-Site privacy: each site computes its nodes' per-node bound P_i from the job's schedules and its own
+Site privacy: each site computes its nodes' per-node bound P_i from the schedules it runs and its own
 node sizes (:func:`site_round_epsilon`), reports the run's plan at start-up
 (:attr:`FlowerEngine.site_plans`), and, with a cap (``[privacy] budget``, :class:`SitePolicy`),
 records every round in its own ledger before the round's noise is drawn and refuses a run or a
 round that would exceed the cap.  A noise draw is never reused for a different release.
+
+Site-owned schedules: a site whose ``site.toml`` has a ``[privacy.schedule]`` table
+(:class:`SiteSchedule`: its penalty η_i(t) and noise rate α_i(t), or an ε target from which it
+derives α_i locally) runs its nodes with that schedule instead of the job's.  The coordinator never
+receives it: the probe tells it only *that* the site keeps its own schedule, and the start-up reply
+carries the site's bound P_i(t) (its guarantee, which the run reports and composes before the first
+round's noise).  The dual update uses only the public θ and released vectors, so the coordinator's
+checkpoints still hold nothing that depends on the site's schedule.  Such a site must have its own
+noise key (with the coordinator's key, the noise would be known).
 
 Lost sites: a site that stops answering (or whose SuperNode restarted) is waited for, up to
 ``rejoin_timeout``, and the run replays from the last checkpoint.  The per-node state of the
@@ -70,6 +79,7 @@ __all__ = [
     "MessageRefused",
     "NodeStateLost",
     "SitePolicy",
+    "SiteSchedule",
     "coordinator_lock",
     "derive_noise_key",
     "flower_available",
@@ -330,6 +340,90 @@ class SitePolicy:
     budget: float | None = None
     ledger: str | None = None
     feature_norm: float | None = None
+    schedule: SiteSchedule | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteSchedule:
+    """A site's own privacy schedule (``[privacy.schedule]`` of its ``site.toml``), never sent.
+
+    The site's nodes use it instead of the job's: penalty η(r) = ``penalty``·``penalty_ratio``^(r−1)
+    (the job's η when ``penalty`` is not set) and noise rate α(r) = α(1)·``noise_ratio``^(r−1), with
+    α(1) = ``noise_rate``, or derived on the site from ``epsilon``, the per-node bound P_i(T) the
+    site wants for the whole run (the largest α(1) whose bound, inexact-solve share included, stays
+    within it; :func:`~dpopt.distributed.admm_privacy.calibrate_noise_rate`).  The output noise
+    covering certified inexact solves (β) is derived from these on the site as well.  The dual step
+    θ and the number of rounds stay the job's (public: θ must be shared for the consensus).
+
+    Attributes
+    ----------
+    penalty, penalty_ratio : float or None, float
+        η(1) and its growth per round.
+    noise_rate : float or None
+        α(1) (exactly one of ``noise_rate`` and ``epsilon``).
+    epsilon : float or None
+        The site's target P_i(T) (pure ε, replace-one) from which α(1) is derived.
+    noise_ratio : float
+        α(r+1)/α(r).
+    """
+
+    penalty: float | None = None
+    penalty_ratio: float = 1.0
+    noise_rate: float | None = None
+    epsilon: float | None = None
+    noise_ratio: float = 1.0
+
+    def tables(self, base: Any, sizes: Array, c1: float, lipschitz: float) -> tuple[Array, Array, Array | None]:
+        """(η, α, β) tables of shape (T, n) for the nodes of ``base`` (a shard spec) with sizes B_i."""
+        from dpopt.accounting import Budget
+        from dpopt.distributed.admm_privacy import (
+            calibrate_noise_rate,
+            pp_privacy_bound,
+            primal_privacy_bound,
+        )
+        from dpopt.distributed.schedules import geometric
+
+        t_, n = np.asarray(base.penalty).shape
+        eta = (np.array(base.penalty, dtype=np.float64) if self.penalty is None
+               else geometric(self.penalty, self.penalty_ratio).table(t_, n, "penalty"))  # fmt: skip
+        f = float(base.inexact_fraction)
+        if self.noise_rate is not None:
+            a1 = self.noise_rate
+        else:
+            assert self.epsilon is not None
+            a1 = calibrate_noise_rate(
+                Budget(self.epsilon / (1.0 + f), 0.0), penalty=eta, degrees=base.degrees, sizes=sizes,
+                ratio=self.noise_ratio, loss_weight=base.loss_weight,
+                method="primal" if base.perturbation == "primal" else "pp", reg_per_node=base.reg_per_node,
+                c1=c1, lipschitz=lipschitz,
+            )  # fmt: skip
+        alpha = np.full((t_, n), a1) * self.noise_ratio ** np.arange(t_)[:, None]
+        if base.inexact_rate is None:
+            return eta, alpha, None
+        if base.perturbation == "primal":
+            exact = primal_privacy_bound(eta, alpha, base.degrees, sizes, base.loss_weight, base.reg_per_node, lipschitz)
+        else:
+            exact = pp_privacy_bound(eta, alpha, base.degrees, sizes, base.loss_weight, c1, lipschitz)
+        mu = base.reg_per_node + 2.0 * eta * np.asarray(base.degrees)[None, :]
+        rate = f * np.diff(exact, axis=0, prepend=0.0) * mu / (2.0 * base.solve_tol)
+        return eta, alpha, np.maximum(rate, np.finfo(float).tiny)
+
+
+def _scheduled_factory(schedule: SiteSchedule, names: tuple[str, ...], c1: float, lipschitz: float,
+                       factory: Callable[[Any], Any], full: Any) -> Any:  # fmt: skip
+    """Build the shard program with the site's own schedule in place of the job's (on the site)."""
+    sizes = np.array([x.shape[0] for x, _ in full.data], dtype=np.float64)
+    try:
+        eta, alpha, beta = schedule.tables(full, sizes, c1, lipschitz)
+    except (DPOptError, ValueError) as exc:
+        raise InvalidParameterError(f"site {', '.join(names)}: its own privacy schedule (site.toml): {exc}") from None
+    theta = np.asarray(full.theta)
+    if full.perturbation == "penalty" and np.any(theta.max(axis=0) > eta.min(axis=0)):
+        raise MessageRefused(
+            f"site {', '.join(names)}: refuses the job: its own penalty η (site.toml) falls below the job's "
+            "dual step θ (the privacy bound needs θ <= η); raise [privacy.schedule] penalty"
+        )
+    return factory(dataclasses.replace(full, penalty=eta, noise_rate=alpha, inexact_rate=beta))
 
 
 def load_site_policy(path: str | Path) -> SitePolicy:
@@ -353,17 +447,38 @@ def load_site_policy(path: str | Path) -> SitePolicy:
         raw = tomllib.load(fh).get("privacy", {})
     if not isinstance(raw, dict):
         raise InvalidParameterError(f"{cfg}: [privacy] must be a table")
-    unknown = set(raw) - {"noise_key_file", "budget", "ledger", "feature_norm"}
+    unknown = set(raw) - {"noise_key_file", "budget", "ledger", "feature_norm", "schedule"}
     if unknown:
         raise InvalidParameterError(f"{cfg}: [privacy] has unknown keys {sorted(unknown)}")
 
-    def positive(name: str) -> float | None:
-        if name not in raw:
+    def positive(name: str, table: Mapping[str, Any] = raw, where: str = "[privacy]") -> float | None:
+        if name not in table:
             return None
-        v = raw[name]
+        v = table[name]
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
-            raise InvalidParameterError(f"{cfg}: [privacy] {name} must be a positive finite number")
+            raise InvalidParameterError(f"{cfg}: {where} {name} must be a positive finite number")
         return float(v)
+
+    schedule = None
+    if "schedule" in raw:
+        sch, where = raw["schedule"], "[privacy.schedule]"
+        if not isinstance(sch, dict):
+            raise InvalidParameterError(f"{cfg}: {where} must be a table")
+        unknown = set(sch) - {"penalty", "penalty_ratio", "noise_rate", "epsilon", "noise_ratio"}
+        if unknown:
+            raise InvalidParameterError(f"{cfg}: {where} has unknown keys {sorted(unknown)}")
+        if ("noise_rate" in sch) == ("epsilon" in sch):
+            raise InvalidParameterError(f"{cfg}: {where} needs exactly one of noise_rate and epsilon")
+        if not raw.get("noise_key_file"):
+            raise InvalidParameterError(
+                f"{cfg}: {where} needs noise_key_file in [privacy]: a site that keeps its schedule from the "
+                "coordinator must keep its noise from it too (with the coordinator's key the noise is known)"
+            )
+        schedule = SiteSchedule(
+            penalty=positive("penalty", sch, where), penalty_ratio=positive("penalty_ratio", sch, where) or 1.0,
+            noise_rate=positive("noise_rate", sch, where), epsilon=positive("epsilon", sch, where),
+            noise_ratio=positive("noise_ratio", sch, where) or 1.0,
+        )  # fmt: skip
 
     budget = positive("budget")
     ledger = None
@@ -375,14 +490,15 @@ def load_site_policy(path: str | Path) -> SitePolicy:
             q = Path(text)
             text = "sqlite:///" + str(q if q.is_absolute() else cfg.resolve().parent / q)
         ledger = text
-    return SitePolicy(noise_key=load_noise_key(cfg), budget=budget, ledger=ledger, feature_norm=positive("feature_norm"))
+    return SitePolicy(noise_key=load_noise_key(cfg), budget=budget, ledger=ledger, feature_norm=positive("feature_norm"),
+                      schedule=schedule)  # fmt: skip
 
 
 def site_round_epsilon(base: Any, sizes: Any, *, c1: float | None = None, lipschitz: float | None = None) -> Array:
     """The per-round increments of the per-node bound P_i for the nodes of one shard spec.
 
-    Computed on the site from the job's schedules (penalty η_i(r), noise rates α_i(r), output noise
-    β_i(r) of certified inexact solves), the node degrees V_i and the site's own node sizes B_i,
+    Computed on the site from the schedules it runs, the job's or its own (penalty η_i(r), noise
+    rates α_i(r), output noise β_i(r) of certified inexact solves), the node degrees V_i and the site's own node sizes B_i,
     with the formulas of :mod:`dpopt.distributed.admm_privacy` (Thm 4.1 for penalty/dual
     perturbation, output perturbation for primal).  Row r−1 holds P_i(r) − P_i(r−1); a job
     without noise gives ``inf``.
@@ -622,6 +738,24 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         base = getattr(spec, "base", None)
         if key_ is not None and base is not None and hasattr(base, "key"):
             spec = dataclasses.replace(spec, base=dataclasses.replace(base, key=derive_noise_key(key_, base.key)))
+        if policy.schedule is not None and base is not None and hasattr(base, "penalty"):
+            names = tuple(s.name for s in spec.sites)
+            if base.perturbation == "none" or base.noise_rate is None:
+                raise MessageRefused(
+                    f"site {', '.join(names)}: keeps its own privacy schedule (site.toml) and refuses a job "
+                    "without noise (use a private method: 'pp', 'dvp' or 'primal')"
+                )
+            c1, g = _check_pinned_bound(policy, spec, None)
+            c1 = float(base.c1) if c1 is None else c1
+            g = float(base.lipschitz) if g is None else g
+            if not (np.isfinite(c1) and np.isfinite(g)):
+                raise MessageRefused(
+                    f"site {', '.join(names)}: the job does not carry the privacy constants (c1, lipschitz) "
+                    "this site needs for its own schedule (coordinator and site must run the same dpopt)"
+                )
+            spec = dataclasses.replace(
+                spec, factory=functools.partial(_scheduled_factory, policy.schedule, names, c1, g, spec.factory)
+            )
         return spec
 
     if op == "hello":
@@ -640,12 +774,18 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         noise = ""
         plan: dict[str, float] = {}
         base = getattr(spec, "base", None)
+        own: dict[str, list[float]] = {}
         if base is not None and hasattr(base, "penalty"):
             c1, g = _check_pinned_bound(policy, spec, program)
-            inc = site_round_epsilon(base, program.program.sizes, c1=c1, lipschitz=g)
+            eff = program.program.spec  # the job's schedules, or the site's own (policy.schedule)
+            inc = site_round_epsilon(eff, program.program.sizes, c1=c1, lipschitz=g)
             plan = {s.name: float(v) for s, v in zip(spec.sites, inc.sum(axis=0).tolist(), strict=True)}
             noise = _digest("noise", base.key, base.nodes)
-            run = _digest(run, *[a for pair in program.program.spec.data for a in pair])  # job and rows
+            run = _digest(run, *[a for pair in eff.data for a in pair])  # job and rows
+            if policy.schedule is not None:  # the site's P_i(t), t = 1..T: its guarantee, not its schedule
+                run = _digest(run, eff.penalty, eff.noise_rate)
+                cum = np.cumsum(inc, axis=0)
+                own = {s.name: cum[:, j].tolist() for j, s in enumerate(spec.sites)}
             if policy.budget is not None:
                 _SiteBudget(policy, [s.name for s in spec.sites]).check_plan(noise, inc.sum(axis=0))
         out = program.initial_output() if init_state is None else program.call("restore", init_state)
@@ -654,7 +794,9 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
                       "epoch": epoch, "run": run, "noise": noise}  # fmt: skip
         _keep_program((run, shard, epoch), program, _digest(safe_dumps(snap)))
         described = program.call("describe") if base is None and hasattr(program, "spec") else None
-        return np.asarray(out), {"plan": plan, "describe": described}
+        if described is not None and policy.schedule is not None:  # a flag only: the schedule stays here
+            described = [dict(d, site_schedule=True) for d in described]
+        return np.asarray(out), {"plan": plan, "describe": described, "site_privacy": own}
     if key not in state:
         raise NodeStateLost(f"shard {shard} was not started on this node (restarted since the start-up?)")
     held = state[key]
@@ -674,7 +816,7 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         if policy.budget is not None and getattr(program, "program", None) is not None:
             spec = program.spec
             c1, g = _check_pinned_bound(policy, spec, program)
-            inc = site_round_epsilon(spec.base, program.program.sizes, c1=c1, lipschitz=g)
+            inc = site_round_epsilon(program.program.spec, program.program.sizes, c1=c1, lipschitz=g)
             if t < inc.shape[0]:
                 digest = _digest(run, t, snap_digest, *inputs)
                 _SiteBudget(policy, [s.name for s in spec.sites]).charge_round(str(held["noise"]), t, digest, inc[t])
@@ -939,7 +1081,11 @@ class FlowerEngine(Engine):
     ----------
     site_plans : dict
         Per site, the per-node privacy P_i(T) of the whole run as the site computed it at start-up
-        (from the job's schedules and its own node size): what the site's own ledger will hold.
+        (from the job's schedules, or its own, and its own node size): what the site's own ledger
+        will hold.
+    site_privacy : dict
+        Per site that keeps its own schedule (``[privacy.schedule]`` in its ``site.toml``), its
+        P_i(t) for t = 1..T as reported at start-up (the run's per-node report uses these).
 
     Notes
     -----
@@ -974,6 +1120,7 @@ class FlowerEngine(Engine):
         self._epoch = 0
         self._lost: list[int] = []
         self.site_plans: dict[str, float] = {}
+        self.site_privacy: dict[str, Array] = {}
         self.message_rounds: list[tuple[str, float]] = []
         self._snaps: list[bytes | None] = []
         self._described: list[Any] | None = None
@@ -1131,6 +1278,9 @@ class FlowerEngine(Engine):
             value = self._value(got[s])
             if isinstance(value, dict):
                 self.site_plans.update({str(k): float(v) for k, v in value.get("plan", {}).items()})
+                self.site_privacy.update(
+                    {str(k): np.asarray(v, dtype=np.float64) for k, v in value.get("site_privacy", {}).items()}
+                )
                 described.append(value.get("describe"))
         if described and all(d is not None for d in described):
             self._described = described  # the probe's answer to "describe", sent with its start-up
