@@ -632,6 +632,20 @@ def test_a_site_keeps_its_own_schedule_from_the_coordinator(tmp_path, monkeypatc
     assert _found(stored, secret) == []
     assert _found(pickle.dumps((dict(res.parameters), res.privacy.notes)), secret) == []
     assert len(_found(b"|".join(traffic), job.penalty_table()[:, 2])) == 3  # the check sees what is sent
+    # a crashed coordinator resumes from its run directory (which holds no schedule): same rounds
+    def crash(info) -> None:
+        if info.round == 2:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(_own_schedules(tmp_path / "sites"), n_sites=3),
+                    checkpoint_dir=tmp_path / "run2", checkpoint_every=3, callback=crash)  # fmt: skip
+    resumed = _admm().run(REMOTE, rng=None, engine=fe.FlowerEngine(_own_schedules(tmp_path / "sites"), n_sites=3),
+                          checkpoint_dir=tmp_path / "run2", resume=True, record_models=True)  # fmt: skip
+    assert np.array_equal(ref.models_history, resumed.models_history)
+    assert np.array_equal(res.node_privacy, resumed.node_privacy)
+    ledger = Ledger("sqlite:///" + str(tmp_path / "sites" / "s0.db"))
+    assert len(ledger.history("s0")) == 3  # same run key (rng=3) as the first run: identical releases, charged once
     # power: a planted bug (sites put their penalty table into the snapshot they return) is found
     real_snapshot = fe._snapshot
 
