@@ -10,6 +10,14 @@ by :func:`dpopt.distributed.flower_engine.load_site_config` inside the SuperNode
     private_key = "site0"                 # this site's node key (OpenSSH EC P-384), never shared
     port = 9300                           # local runtime API port (optional)
 
+    [privacy]                             # optional: see flower_engine.load_site_policy
+    noise_key_file = "site0.noise-key"    # the site's own noise key (created on first use)
+    budget = 5.0                          # per-node ε cap over all runs (the site's own ledger)
+
+    [privacy.schedule]                    # optional: the site's own penalty and noise schedule
+    penalty = 0.7
+    epsilon = 0.8
+
     [[site]]
     name = "site0"
     loader = "/data/site0.npz"
@@ -51,12 +59,13 @@ def _tool(name: str) -> str:
 
 def supernode_command(config: str | Path, *, insecure: bool = False, executable: str = "flower-supernode") -> list[str]:
     """The ``flower-supernode`` command line for a site's ``site.toml`` (see the module docstring)."""
-    from dpopt.distributed.flower_engine import NODE_CONFIG_KEY, load_site_config
+    from dpopt.distributed.flower_engine import NODE_CONFIG_KEY, load_site_config, load_site_policy
 
     path = Path(config).resolve()
     with open(path, "rb") as fh:
         raw = tomllib.load(fh)
     load_site_config(path)  # the [[site]] tables must be valid before anything starts
+    load_site_policy(path)  # and so must [privacy] (cap, ledger, own schedule, noise key)
     node: dict[str, Any] = raw.get("supernode", {})
     if not isinstance(node, dict) or "superlink" not in node:
         raise InvalidParameterError(f"{path}: needs a [supernode] table with superlink = \"host:port\"")

@@ -334,6 +334,9 @@ class SitePolicy:
         because of its rows (that refusal would be a bit about them reaching the coordinator): the
         job's row converter maps every row onto the job's declared ball, whose constants the
         site has just checked cover its own.
+    schedule : SiteSchedule or None
+        ``[privacy.schedule]``: the site's own penalty and noise schedule, used instead of the job's
+        and never sent to the coordinator (needs ``noise_key_file``); ``None``: the job's.
     """
 
     noise_key: tuple[int, int] | None = None
@@ -427,7 +430,7 @@ def _scheduled_factory(schedule: SiteSchedule, names: tuple[str, ...], c1: float
 
 
 def load_site_policy(path: str | Path) -> SitePolicy:
-    """The ``[privacy]`` table of a site's ``site.toml`` (noise key, budget cap, ledger, feature bound).
+    """The ``[privacy]`` table of a site's ``site.toml`` (noise key, budget cap, ledger, feature bound, own schedule).
 
     Examples
     --------
@@ -438,6 +441,10 @@ def load_site_policy(path: str | Path) -> SitePolicy:
     >>> pol = load_site_policy(p)
     >>> pol.budget, pol.ledger.endswith("dpopt-site-ledger.db")
     (2.0, True)
+    >>> _ = open(p, "w").write('[privacy]\\nnoise_key_file = "k"\\n[privacy.schedule]\\npenalty = 0.7\\nepsilon = 0.8\\n'
+    ...                        '[[site]]\\nname = "a"\\nloader = "a.npz"\\n')
+    >>> load_site_policy(p).schedule
+    SiteSchedule(penalty=0.7, penalty_ratio=1.0, noise_rate=None, epsilon=0.8, noise_ratio=1.0)
     """
     import math
     import tomllib
