@@ -223,7 +223,7 @@ def _cmd_admm_run(args: argparse.Namespace) -> int:
             print(out)
             return 0
         if run_id and time.monotonic() - checked > 10.0:  # a run that ended without a result: say so now
-            checked = -float("inf")  # first look at once, then every 10 s
+            checked = time.monotonic()
             status = _run_status(flwr, args.federation, run_id)
             if status is not None and status.startswith("finished") and not written():
                 raise InvalidParameterError(
