@@ -197,19 +197,31 @@ class ADMMResult:
         """Mean of the final models (post-processing of released values: no extra privacy cost)."""
         return np.asarray(self.models.mean(axis=0))
 
-    def round_average(self, start: int = 1) -> Array:
+    def round_average(self, start: int = 1, weights: ArrayLike | None = None) -> Array:
         """Mean of the released models over rounds ``start``..T and all nodes (needs ``record_models=True``).
 
         Post-processing of released values: no extra privacy cost.  Each round's penalty-perturbation
         noise moves the released models by about d/α; averaging the last rounds averages it out
         (:func:`~dpopt.distributed.admm_privacy.public_pp_schedule` gives the ``start`` it was tuned with).
+
+        ``weights`` (shape (N,), >= 0, not all 0; normalised here) weights the nodes, e.g. by their
+        declared sizes (``PublicSchedule.weights``).  They must be public (not computed from the
+        data), so that the weighted mean stays post-processing.  Default: equal weights.
         """
         if self.models_history is None:
             raise InvalidParameterError("round_average: run with record_models=True")
         last = self.models_history.shape[0] - 1
         if int(start) != start or not 0 <= start <= last:
             raise InvalidParameterError(f"start: expected a round in 0..{last}")
-        return np.asarray(self.models_history[int(start) :].mean(axis=(0, 1)))
+        tail = self.models_history[int(start) :]
+        if weights is None:
+            return np.asarray(tail.mean(axis=(0, 1)))
+        w = np.asarray(weights, dtype=float)
+        if w.shape != (tail.shape[1],) or not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+            raise InvalidParameterError(
+                f"weights: expected {tail.shape[1]} finite non-negative node weights, not all zero"
+            )
+        return np.asarray(np.einsum("tnd,n->d", tail, w / w.sum()) / tail.shape[0])
 
     @property
     def worst_node(self) -> int:
@@ -416,7 +428,8 @@ class PrivateADMM:
         Dual step θ (Z(11)); per-node or time-varying θ is allowed (Fig. 1(a)) but is outside the
         convergence theorems.  Must satisfy θ_i(r) <= η_i(r').  A *node-dependent* θ breaks the
         conservation of Σ_i λ_i, so the run reaches consensus at a point that is in general not the
-        minimiser of Z(1) (a warning is issued; dpopt's tests show the bias).
+        minimiser of Z(1) (a warning is issued; dpopt's tests show the bias; with ``max_iter=1`` no dual
+        step precedes the release, so there is no bias and no warning).
     noise_rate : float, Schedule or None
         α_i(r) of the noise density ∝ exp(−α‖ε‖₂) (private methods).  ``None`` with ``budget``:
         calibrated so that the worst-case bound equals ``budget.epsilon`` with
@@ -942,7 +955,9 @@ class PrivateADMM:
                     UserWarning,
                     stacklevel=2,
                 )
-            if np.any(self._theta != self._theta[:, :1]):
+            # with one round no dual step precedes a release, so a node-dependent θ only enters Thm 4.1's
+            # per-node θ-condition (public_pp_schedule(n_rounds=1) uses θ_i = η_i)
+            if self.n_rounds > 1 and np.any(self._theta != self._theta[:, :1]):
                 warnings.warn(
                     "node-dependent θ: Σ_i λ_i(t) is no longer conserved, so M-ADMM converges to a consensual "
                     "point that is in general NOT the minimiser of Z(1) (use one θ shared by all nodes)",

@@ -317,6 +317,16 @@ class PublicSchedule:
         Σ_t C/(2η_iV_i): how far, in units of the mean loss's gradient, node i's prox steps can move in T rounds.
     average_from : int
         First round of the released models to average (:meth:`ADMMResult.round_average`); post-processing.
+    noise_rates : ndarray of shape (N,) or None
+        With ``per_site_noise=True``: each node's own noise rate α_i (passed as ``noise_rate=`` by
+        :meth:`kwargs`; ``noise_rate`` is then their minimum).  None: one shared α, calibrated by the run.
+    weights : ndarray of shape (N,) or None
+        The declared node sizes B_i / Σ B_j: weights for :meth:`ADMMResult.round_average` (public, so
+        weighting is post-processing).
+    thetas : ndarray of shape (N,) or None
+        One round (``max_iter == 1``): per-node θ_i = η_i (passed as ``theta=`` by :meth:`kwargs`).  No
+        dual step precedes the only release, so θ enters only node i's own θ-condition of Thm 4.1,
+        and a small node no longer forces a large shared θ (hence a large η) on every other node.
     """
 
     penalty: Array
@@ -325,12 +335,27 @@ class PublicSchedule:
     noise_rate: float
     progress: Array
     average_from: int
+    noise_rates: Array | None = None
+    weights: Array | None = None
+    thetas: Array | None = None
 
     def kwargs(self, method: str = "pp") -> dict[str, object]:
-        """Keyword arguments of :class:`~dpopt.distributed.admm.PrivateADMM` (``"pp"`` or ``"dvp"``)."""
+        """Keyword arguments of :class:`~dpopt.distributed.admm.PrivateADMM` (``"pp"`` or ``"dvp"``).
+
+        With per-node noise rates the dict carries ``noise_rate=`` (a per-node constant schedule);
+        pass ``budget=`` as well, and the run checks that the bound stays within it before any noise.
+        """
+        from dpopt.distributed.schedules import Schedule
+
+        out: dict[str, object]
         if method == "dvp":
-            return {"theta": float(self.penalty.max()), "max_iter": self.max_iter}
-        return {"penalty": self.penalty.copy(), "theta": self.theta, "max_iter": self.max_iter}
+            out = {"theta": float(self.penalty.max()), "max_iter": self.max_iter}
+        else:
+            theta: object = self.theta if self.thetas is None else self.thetas.copy()
+            out = {"penalty": self.penalty.copy(), "theta": theta, "max_iter": self.max_iter}
+        if self.noise_rates is not None and method in ("pp", "dvp"):
+            out["noise_rate"] = Schedule.constant(self.noise_rates.copy())
+        return out
 
 
 def public_pp_schedule(
@@ -346,6 +371,8 @@ def public_pp_schedule(
     inexact_fraction: float = 0.01,
     c1: float = LOGISTIC_C1,
     lipschitz: float = 1.0,
+    progress: float = 1.0,
+    per_site_noise: bool = False,
 ) -> PublicSchedule:
     """A constant-penalty PP schedule from public quantities: ε, the graph, the declared node sizes, λ.
 
@@ -371,6 +398,18 @@ def public_pp_schedule(
     ``budget=Budget(epsilon)`` (the run calibrates α itself and recovers this one), and score
     :meth:`ADMMResult.round_average` from ``average_from`` (post-processing, no privacy cost).
 
+    **One round, per-node noise** (``n_rounds=1, per_site_noise=True``; what ``admm-utility``
+    uses).  Under pure-ε composition splitting a node's budget over T rounds multiplies each
+    round's noise by T, and averaging the T releases wins back only √T.  With f(0) = 0 the first
+    round is objective perturbation of the node's own data (extra ridge Λ_i = 2η_iV_i/C, gradient
+    noise Λ_i·ε_i), so T = 1 is "each node solves its own private problem once, and the released
+    models are averaged": averaging N nodes' independent noises wins √N.  Then nothing couples
+    the nodes' noise rates, and each node gets its own
+    α_i = max(min_noise_rate, ε'·B_i·λ/(2·progress) − 1.4c₁/G) (its extra ridge Λ_i about λ/progress
+    once it is large enough; η_i from the same budget equation), and the released models are
+    averaged with the public weights B_i/ΣB_j (``weights``; a small node's release carries noise
+    ∝ 1/B_i in its signal's units, so an unweighted mean lets it dominate).
+
     Parameters
     ----------
     epsilon : float or Budget
@@ -385,6 +424,12 @@ def public_pp_schedule(
         One η for every node (the most demanding node's): for DVP, whose η ≡ θ must be shared.
     inexact_fraction, c1, lipschitz : float
         As in :class:`~dpopt.distributed.admm.PrivateADMM` / :func:`loss_constants`.
+    progress : float, default 1.0
+        The progress the rule for α asks for, in units of 1/λ (larger: less noise per release is
+        traded for a weaker pull to the starting point; ``1`` is the rule above).
+    per_site_noise : bool, default False
+        One noise rate α_i per node from its own size (else one α shared by all nodes, set by the
+        smallest node).  Each node still spends exactly ε.
 
     Examples
     --------
@@ -406,23 +451,41 @@ def public_pp_schedule(
         raise InvalidParameterError("n_rounds: expected a positive integer")
     lam = check_positive(l2_penalty, "l2_penalty")
     c = check_positive(loss_weight, "loss_weight")
+    target = check_positive(progress, "progress")
+    floor = check_positive(min_noise_rate, "min_noise_rate")
     jac = 1.4 * c1 / lipschitz
-    alpha = max(check_positive(min_noise_rate, "min_noise_rate"), eps_exact * float(b.min()) * lam / 2.0 - jac)
+    need = b if per_site_noise else np.full_like(b, b.min())
+    alphas = np.maximum(floor, eps_exact * need * lam / (2.0 * target) - jac)
     # a hair under the budget so that calibration (min over nodes) lands on this α, not above ε
-    eta = n_rounds * c * (1.4 * c1 + lipschitz * alpha) / (eps_exact * (1.0 - 1e-9) * v * b)
+    spend = eps_exact * (1.0 - 1e-9)
+    eta = n_rounds * c * (1.4 * c1 + lipschitz * alphas) / (spend * v * b)
     if shared:
         eta = np.full_like(eta, eta.max())
     # Thm 4.1's θ-condition 2c₁ < (B_i/C)(ρ/N + 2θV_i), ρ/N = Cλ, with θ <= every η_i: raise θ (and any
     # η_i below it; a larger η_i only lowers that node's bound) when the smallest nodes need it
-    theta_needed = float(np.max(c * (2.0 * c1 / b - lam) / (2.0 * v)))
-    theta = max(float(eta.min()), 1.01 * theta_needed)
-    eta = np.maximum(eta, theta)
-    progress = n_rounds * c / (2.0 * eta * v)
+    theta_needed = c * (2.0 * c1 / b - lam) / (2.0 * v)
+    thetas: Array | None = None
+    if n_rounds == 1 and not shared:
+        # one round: θ_i = η_i per node, raised only where the node's own θ-condition needs it
+        eta = np.maximum(eta, 1.01 * theta_needed)
+        thetas = eta.copy()
+        theta = float(eta.min())
+    else:
+        theta = max(float(eta.min()), 1.01 * float(np.max(theta_needed)))
+        eta = np.maximum(eta, theta)
+    rates: Array | None = None
+    if per_site_noise:
+        # each node spends its whole budget at its (possibly raised) η_i: α_i from the budget equation
+        rates = (spend * eta * v * b / (n_rounds * c) - 1.4 * c1) / lipschitz
+    steps = n_rounds * c / (2.0 * eta * v)
     return PublicSchedule(
         penalty=eta,
         theta=theta,
         max_iter=int(n_rounds),
-        noise_rate=float(alpha),
-        progress=progress,
+        noise_rate=float(alphas.min() if rates is None else rates.min()),
+        progress=steps,
         average_from=int(n_rounds) // 2 + 1,
+        noise_rates=rates,
+        weights=b / b.sum(),
+        thetas=thetas,
     )

@@ -23,11 +23,16 @@ local and ADMM rows: for every record of every site).
 
 Schedules (public, fixed before the data is seen).  ``schedule="public"`` (the default):
 :func:`~dpopt.distributed.admm.public_pp_schedule` with C = 10, λ = 10⁻³ (ρ = C·N·λ, the same λ as
-the single-site and central problems), T = 5 rounds and a noise-rate floor α >= 5: constant per-site
-penalties η_i such that every site spends exactly ε; the score is that of the average of the
-released models of rounds 3..5 (post-processing).  T = 5 and the floor 5 were chosen on a
-validation split of ``adult.data`` (``benchmarks/bench_admm_schedule.py``), never on ``adult.test``.
-DVP uses the same rule with one shared η = θ (the most demanding site's).
+the single-site and central problems), **one round** (T = 1), one noise rate per site
+(α_i = max(2, ε'·B_i·λ/2 − 1.4c₁), ``per_site_noise``) and η_i such that every site spends exactly
+ε; the score is that of the average of the released models **weighted by the declared site sizes**
+(post-processing).  With f(0) = 0 the one round is each site's objective perturbation, so this is
+"train privately once, then average"; under pure-ε composition more rounds split each site's
+budget (noise × T) while averaging them wins back only √T.  T = 1, the floor 2 and the weighting were
+chosen on a validation split of ``adult.data`` (``benchmarks/bench_admm_schedule.py``), never on
+``adult.test``.  DVP uses the same rule with one shared η = θ (the most demanding site's).
+The session-2 schedule (T = 5, one shared α >= 5, rounds 3..5 averaged unweighted):
+``--set public_rounds=5 --set min_noise_rate=5 --set per_site_noise=false --set weighted=false``.
 ``schedule="paper"``: the seed's growing penalty, as measured before (C = 10, ρ = 10⁻²·C,
 θ = η(1) = 0.5, η(t) = 0.5·1.1^(t−1), α(t) = α(1)·1.05^(t−1), T = 30, last round scored), picked
 then by a small sweep on this same data set that no bound covers.
@@ -91,9 +96,18 @@ class UtilityConfig:
     #: scored); "paper": the seed's growing penalty below (η(t) = eta1·q1^(t−1), ρ = reg_per_weight·C,
     #: n_rounds, the last round's average model scored)
     schedule: str = "public"
-    #: T of the public schedule and its floor on the noise rate α
-    public_rounds: int = 5
-    min_noise_rate: float = 5.0
+    #: T of the public schedule, its floor on the noise rate α, the progress its α rule asks for
+    #: (units of 1/λ), one α_i per site (else one shared α), and whether the scored average weights
+    #: the sites by their declared sizes.  The session-2 schedule (tables of docs/admm_utility.md,
+    #: "session 2"): public_rounds=5, min_noise_rate=5, per_site_noise=False, weighted=False.
+    public_rounds: int = 1
+    min_noise_rate: float = 2.0
+    progress: float = 1.0
+    per_site_noise: bool = True
+    weighted: bool = True
+    #: False: only the ADMM rows (PP, DVP, M-ADMM), e.g. more seeds of the noisy 5-site runs, read
+    #: together with a run that has the baselines (the tables average each method over its records)
+    baselines: bool = True
     n_rounds: int = 30
     theta: float = 0.5
     eta1: float = 0.5
@@ -137,20 +151,26 @@ def _sites(
 
 def _plan(
     cfg: UtilityConfig, degrees: np.ndarray, sizes: np.ndarray, eps: float, method: str
-) -> tuple[dict[str, Any], int]:
-    """PrivateADMM keywords of the configured schedule at ε, and the first round averaged (0: last only)."""
+) -> tuple[dict[str, Any], int, np.ndarray | None]:
+    """PrivateADMM keywords of the configured schedule at ε, the first round averaged (0: last only),
+    and the node weights of the scored average (None: equal; declared sizes are public)."""
+    kw: dict[str, Any]
     if cfg.schedule == "public":
         sch = public_pp_schedule(
             eps, degrees=degrees, sizes=sizes, loss_weight=cfg.loss_weight, l2_penalty=cfg.l2_penalty,
             n_rounds=cfg.public_rounds, min_noise_rate=cfg.min_noise_rate, shared=method == "DVP",
+            progress=cfg.progress, per_site_noise=cfg.per_site_noise,
         )  # fmt: skip
-        return sch.kwargs("dvp" if method == "DVP" else "pp"), sch.average_from
-    kw: dict[str, Any] = {"theta": cfg.theta, "max_iter": cfg.n_rounds}
+        kw = sch.kwargs("dvp" if method == "DVP" else "pp")
+        if method == "M-ADMM":
+            kw.pop("noise_rate", None)
+        return kw, sch.average_from, sch.weights if cfg.weighted else None
+    kw = {"theta": cfg.theta, "max_iter": cfg.n_rounds}
     if method != "DVP":
         kw["penalty"] = geometric(cfg.eta1, cfg.q1)
     if method != "M-ADMM":
         kw["noise_ratio"] = cfg.q2
-    return kw, 0
+    return kw, 0, None
 
 
 def run(cfg: UtilityConfig, rng: np.random.Generator) -> Iterator[Record]:
@@ -176,16 +196,20 @@ def run(cfg: UtilityConfig, rng: np.random.Generator) -> Iterator[Record]:
                 "max_site_rows": int(sizes.max()),
                 "test_rows": int(xt.shape[0]),
             }
-            ref = minimize(problem, px, py, budget="non-private", rng=int(rng.integers(2**31)))
+            ref = (
+                minimize(problem, px, py, budget="non-private", rng=int(rng.integers(2**31)))
+                if cfg.baselines
+                else None
+            )
             reg = cfg.loss_weight * n * cfg.l2_penalty if cfg.schedule == "public" else cfg.reg_per_weight * cfg.loss_weight
 
-            def score(res: Any, start: int) -> float:
-                w = res.round_average(start) if start else res.average_model
+            def score(res: Any, start: int, weights: np.ndarray | None) -> float:
+                w = res.round_average(start, weights) if start else res.average_model
                 return _accuracy(w, xt, yt)
 
             for eps in cfg.epsilons:
                 # PP's penalty schedule without noise: what the schedule itself reaches in T rounds
-                kw, start = _plan(cfg, topo.degrees, sizes, eps, "M-ADMM")
+                kw, start, weights = _plan(cfg, topo.degrees, sizes, eps, "M-ADMM")
                 m_admm = PrivateADMM(topo, method="m-admm", loss_weight=cfg.loss_weight, reg=reg, **kw).run(
                     data, rng=int(rng.integers(2**31)), record_models=bool(start)
                 )
@@ -193,39 +217,40 @@ def run(cfg: UtilityConfig, rng: np.random.Generator) -> Iterator[Record]:
                     **base,
                     "epsilon": eps,
                     "method": "M-ADMM",
-                    "test_accuracy": score(m_admm, start),
+                    "test_accuracy": score(m_admm, start, weights),
                     "spent_epsilon": -1.0,
                 }
-                yield {
-                    **base,
-                    "epsilon": eps,
-                    "method": "non-private",
-                    "test_accuracy": _accuracy(ref.solution, xt, yt),
-                    "spent_epsilon": -1.0,
-                }
-                central = minimize(problem, px, py, budget=Budget(eps, 0.0), rng=int(rng.integers(2**31)))
-                yield {
-                    **base,
-                    "epsilon": eps,
-                    "method": "central",
-                    "test_accuracy": _accuracy(central.solution, xt, yt),
-                    "spent_epsilon": float(central.privacy.epsilon),
-                }
-                accs = []
-                for a, b in data:
-                    res = minimize(problem, a, b, budget=Budget(eps, 0.0), rng=int(rng.integers(2**31)))
-                    accs.append(_accuracy(res.solution, xt, yt))
-                yield {
-                    **base,
-                    "epsilon": eps,
-                    "method": "local",
-                    "test_accuracy": float(np.mean(accs)),
-                    "site_accuracy_min": float(min(accs)),
-                    "site_accuracy_max": float(max(accs)),
-                    "spent_epsilon": float(eps),
-                }
+                if ref is not None:
+                    yield {
+                        **base,
+                        "epsilon": eps,
+                        "method": "non-private",
+                        "test_accuracy": _accuracy(ref.solution, xt, yt),
+                        "spent_epsilon": -1.0,
+                    }
+                    central = minimize(problem, px, py, budget=Budget(eps, 0.0), rng=int(rng.integers(2**31)))
+                    yield {
+                        **base,
+                        "epsilon": eps,
+                        "method": "central",
+                        "test_accuracy": _accuracy(central.solution, xt, yt),
+                        "spent_epsilon": float(central.privacy.epsilon),
+                    }
+                    accs = []
+                    for a, b in data:
+                        res = minimize(problem, a, b, budget=Budget(eps, 0.0), rng=int(rng.integers(2**31)))
+                        accs.append(_accuracy(res.solution, xt, yt))
+                    yield {
+                        **base,
+                        "epsilon": eps,
+                        "method": "local",
+                        "test_accuracy": float(np.mean(accs)),
+                        "site_accuracy_min": float(min(accs)),
+                        "site_accuracy_max": float(max(accs)),
+                        "spent_epsilon": float(eps),
+                    }
                 for method in ("PP", "DVP"):
-                    kw, start = _plan(cfg, topo.degrees, sizes, eps, method)
+                    kw, start, weights = _plan(cfg, topo.degrees, sizes, eps, method)
                     alg = PrivateADMM(
                         topo,
                         method="pp" if method == "PP" else "dvp",
@@ -251,7 +276,7 @@ def run(cfg: UtilityConfig, rng: np.random.Generator) -> Iterator[Record]:
                     site_accs = [_accuracy(m, xt, yt) for m in out.models]
                     yield {
                         **rec,
-                        "test_accuracy": score(out, start),
+                        "test_accuracy": score(out, start, weights),
                         "site_accuracy_min": float(min(site_accs)),
                         "site_accuracy_max": float(max(site_accs)),
                         "spent_epsilon": float(out.privacy.epsilon),
