@@ -24,7 +24,7 @@ local and ADMM rows: for every record of every site).
 Schedules (public, fixed before the data is seen).  ``schedule="public"`` (the default):
 :func:`~dpopt.distributed.admm.public_pp_schedule` with C = 10, λ = 10⁻³ (ρ = C·N·λ, the same λ as
 the single-site and central problems), **one round** (T = 1), one noise rate per site
-(α_i = max(2, ε'·B_i·λ/2 − 1.4c₁), ``per_site_noise``) and η_i such that every site spends exactly
+(α_i = max(2, ε'·B_i·λ/8 − 1.4c₁), ``per_site_noise``, ``progress=4``) and η_i such that every site spends exactly
 ε; the score is that of the average of the released models **weighted by the declared site sizes**
 (post-processing).  With f(0) = 0 the one round is each site's objective perturbation, so this is
 "train privately once, then average"; under pure-ε composition more rounds split each site's
@@ -102,7 +102,7 @@ class UtilityConfig:
     #: "session 2"): public_rounds=5, min_noise_rate=5, per_site_noise=False, weighted=False.
     public_rounds: int = 1
     min_noise_rate: float = 2.0
-    progress: float = 1.0
+    progress: float = 4.0
     per_site_noise: bool = True
     weighted: bool = True
     #: False: only the ADMM rows (PP, DVP, M-ADMM), e.g. more seeds of the noisy 5-site runs, read
