@@ -13,6 +13,9 @@ Libraries (each fit in a fresh worker process, one at a time):
   ``"mean"``, the centred model without them, as ``dpopt.recommender.tune`` does) on a local Ray cluster started in the worker (``RayEngine(2)``:
   2 CPUs, one actor per shard), stopping tolerance 1e-4 over 5 epochs (``MFRecommender``'s
   defaults, passed through ``solver_options``);
+* ``dpopt-ray-als``: the same with ``solver="als_distributed"`` (ALS on the Ray actors: each holds
+  the ratings of its row block and of its column block, and a sweep is two rounds in which the
+  actors exchange factor blocks), ``λ`` and ``b`` tuned alike;
 * ``dpopt``: the same by single-process HAMSI on 2 threads (``MFRecommender`` defaults, ``λ`` and
   ``b`` tuned alike), for reference;
 * ``spark``: ``pyspark.ml.recommendation.ALS(rank=10, regParam=λ, maxIter=10)`` on
@@ -59,12 +62,13 @@ sys.path.insert(0, str(HERE.parent))
 
 GRIDS = {  # ridge candidates on each library's own scale
     "dpopt-ray": [0.3, 1.0, 3.0],
+    "dpopt-ray-als": [1.0, 2.0, 3.0],
     "dpopt": [0.3, 1.0, 3.0],
     "spark": [0.003, 0.01, 0.03],  # Spark scales regParam by each user's / item's rating count
     "spark-centred": [0.003, 0.01, 0.03],
 }
-BIASES = {"dpopt-ray": [True, "mean"], "dpopt": [True, "mean"]}  # bias settings the validation chooses from
-QUICK = {"dpopt-ray": 1.0, "dpopt": 1.0, "spark": 0.01, "spark-centred": 0.01}
+BIASES = {"dpopt-ray": [True, "mean"], "dpopt-ray-als": [True, "mean"], "dpopt": [True, "mean"]}  # bias settings the validation chooses from
+QUICK = {"dpopt-ray-als": 2.0, "dpopt-ray": 1.0, "dpopt": 1.0, "spark": 0.01, "spark-centred": 0.01}
 THREADS = 2
 
 
@@ -162,7 +166,9 @@ def _clip_rmse(pred: np.ndarray, train: Any, test: Any) -> float:
     return float(math.sqrt(float(np.mean((pred - test.values) ** 2))))
 
 
-def fit_dpopt(train: Any, test: Any, lam: float, ray: bool, bias: bool | str = True) -> dict[str, Any]:
+def fit_dpopt(
+    train: Any, test: Any, lam: float, ray: bool, bias: bool | str = True, solver: str = "hamsi_distributed"
+) -> dict[str, Any]:
     from dpopt.recommender import MFRecommender
 
     mark("start")
@@ -172,11 +178,13 @@ def fit_dpopt(train: Any, test: Any, lam: float, ray: bool, bias: bool | str = T
         from dpopt.distributed.engines import RayEngine
 
         eng = RayEngine(THREADS, num_cpus=THREADS)
-        opts = {"engine": eng, "n_shards": THREADS, "tol": 1e-4, "patience": 5}
+        opts = {"engine": eng, "n_shards": THREADS}
+        if solver == "hamsi_distributed":
+            opts.update(tol=1e-4, patience=5)
     mark("ready")
     model = MFRecommender(
         rank=10, l2=lam, bias=bias, n_threads=THREADS, rng=0, max_iter=500,
-        solver="hamsi_distributed" if ray else "hamsi", solver_options=opts or None,
+        solver=solver if ray else "hamsi", solver_options=opts or None,
     )  # fmt: skip
     model.fit(train)
     mark("fitted")
@@ -237,7 +245,8 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     a, b = (fit, val) if job["kind"] == "tune" else (train, test)
     lib, lam = job["lib"], job["lam"]
     if lib.startswith("dpopt"):
-        return fit_dpopt(a, b, lam, ray=lib == "dpopt-ray", bias=job.get("bias", True))
+        solver = "als_distributed" if lib == "dpopt-ray-als" else "hamsi_distributed"
+        return fit_dpopt(a, b, lam, ray=lib.startswith("dpopt-ray"), bias=job.get("bias", True), solver=solver)
     return fit_spark(a, b, lam, centred=lib == "spark-centred")
 
 
@@ -288,7 +297,9 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker", help=argparse.SUPPRESS)
-    ap.add_argument("--libraries", nargs="+", default=["dpopt-ray", "dpopt", "spark", "spark-centred"])
+    ap.add_argument(
+        "--libraries", nargs="+", default=["dpopt-ray-als", "dpopt-ray", "dpopt", "spark", "spark-centred"]
+    )
     ap.add_argument("--quick", action="store_true")
     ap.add_argument(
         "--grid", nargs="*", default=[], metavar="LIB=V1,V2",

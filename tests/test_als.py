@@ -148,3 +148,64 @@ def test_count_weighting_is_refused_by_the_gradient_solvers() -> None:
         hamsi(p, rng=0, max_iter=1)
     with pytest.raises(InvalidParameterError, match="l2_weighting: must be"):
         MatrixFactorizationProblem(shifted(), 3, l2_weighting="rows")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("n_shards", "bias", "weighting"), [(1, True, "uniform"), (2, True, "uniform"), (3, False, "count")]
+)
+def test_distributed_als_equals_als(n_shards: int, bias: bool, weighting: str) -> None:
+    from dpopt.solvers.als import als_distributed
+
+    train, val = split_ratings(shifted(130, 90, 3, 0.3, rng=2), 0.2, rng=0)
+    lam = 2.0 if weighting == "uniform" else 0.05
+    p = MatrixFactorizationProblem.from_als_lambda(
+        train, 3, lam, bias=bias, allow_empty=True, l2_weighting=weighting  # type: ignore[arg-type]
+    )
+    ref = als(p, rng=0, test=val)
+    got = als_distributed(p, n_shards, rng=0, test=val)
+    # the same row solves against the same factors: identical iterates, the same stopping sweep
+    assert got.n_epochs == ref.n_epochs and got.status == ref.status == "converged"
+    np.testing.assert_array_equal(got.U, ref.U)
+    np.testing.assert_array_equal(got.V, ref.V)
+    if bias:
+        assert ref.row_bias is not None and got.row_bias is not None
+        np.testing.assert_array_equal(got.row_bias, ref.row_bias)
+    np.testing.assert_allclose(got.history_rmse, ref.history_rmse, rtol=1e-12)
+    assert got.history_test_rmse is not None and ref.history_test_rmse is not None
+    np.testing.assert_allclose(got.history_test_rmse, ref.history_test_rmse, rtol=1e-12)
+    assert got.scheme == "shards/inprocess"
+    # the comparison has power: a run that stops a sweep early (one sweep) differs from it
+    stale = als_distributed(p, n_shards, rng=0, max_iter=1, tol=0.0)
+    once = als(p, rng=0, max_iter=1, tol=0.0)
+    np.testing.assert_array_equal(stale.U, once.U)
+    assert not np.array_equal(stale.U, ref.U)
+    # early stopping and the recommender's front door
+    es = als_distributed(p, n_shards, rng=0, test=val, early_stopping=True)
+    assert es.test_rmse == pytest.approx(float(np.min(es.history_test_rmse)))  # type: ignore[arg-type]
+
+
+def test_recommender_with_distributed_als() -> None:
+    from dpopt.recommender import MFRecommender
+
+    train, test = split_ratings(shifted(100, 70, 2, 0.3, rng=5), 0.2, rng=0)
+    a = MFRecommender(rank=2, l2=1.0, bias="mean", rng=0).fit(train)
+    b = MFRecommender(rank=2, l2=1.0, bias="mean", solver="als_distributed", n_threads=2, rng=0).fit(train)
+    assert b.result_ is not None and b.result_.options["n_shards"] == 2
+    np.testing.assert_array_equal(a.predict(test.rows, test.cols), b.predict(test.rows, test.cols))
+    with pytest.raises(InvalidParameterError, match="n_shards"):
+        MFRecommender(rank=2, solver="als_distributed", solver_options={"n_shards": 0}).fit(train)
+
+
+@pytest.mark.slow  # starts a local Ray cluster (~20-30 s on the shared machine)
+def test_distributed_als_on_ray_equals_als() -> None:
+    from dpopt.distributed.engines import ray_available
+    from dpopt.solvers.als import als_distributed
+
+    if not ray_available():
+        pytest.skip("ray is not installed")
+    p = MatrixFactorizationProblem.from_als_lambda(shifted(130, 90, 3, 0.3, rng=2), 3, 2.0, bias=True)
+    ref = als(p, rng=0)
+    got = als_distributed(p, 2, engine="ray", rng=0)
+    assert got.scheme == "shards/ray" and got.n_epochs == ref.n_epochs
+    np.testing.assert_array_equal(got.U, ref.U)
+    np.testing.assert_array_equal(got.V, ref.V)

@@ -172,11 +172,14 @@ class MFRecommender(BaseEstimator):
     clip : "auto", (float, float) or None, default "auto"
         Clip predictions to this interval; ``"auto"`` uses the rating scale declared by the data
         (``Ratings.bounds``, e.g. 1-5 for MovieLens) or else the observed training range.
-    solver : {"als", "hamsi", "mbgd", "hamsi_distributed"}, default "als"
+    solver : {"als", "als_distributed", "hamsi", "mbgd", "hamsi_distributed"}, default "als"
         ``"als"``: exact alternating ridge solves (:func:`dpopt.solvers.als.als`) from the
         spectral start; on the problems of ``docs/mf_peers.md`` it reaches within 1 % of its
         final test RMSE in 2-3 sweeps and converges in 5-10.  ``"hamsi"``: the incremental
         quasi-Newton method (:func:`dpopt.solvers.hamsi.hamsi`), the default before ALS was added.
+        ``"als_distributed"``: the same ALS solves on shards of an engine
+        (:func:`dpopt.solvers.als.als_distributed`; ``n_shards = n_threads`` unless given in
+        ``solver_options``, e.g. with ``{"engine": "ray"}``).
         ``"hamsi_distributed"`` (one shard per thread, ``n_shards = n_threads`` unless given in
         ``solver_options``, e.g. with ``{"engine": "ray"}``): its warm-up steps are bounded by
         the data's largest bias curvature and its quasi-Newton steps halved (``beta_floor=2``).
@@ -254,7 +257,7 @@ class MFRecommender(BaseEstimator):
         l2_weighting: Literal["uniform", "count"] = "uniform",
         bias: bool | Literal["mean"] = True,
         clip: Literal["auto"] | tuple[float, float] | None = "auto",
-        solver: Literal["als", "hamsi", "mbgd", "hamsi_distributed"] = "als",
+        solver: Literal["als", "als_distributed", "hamsi", "mbgd", "hamsi_distributed"] = "als",
         max_iter: int = 500,
         time_budget: float | None = None,
         tol: float = 1e-4,
@@ -300,12 +303,14 @@ class MFRecommender(BaseEstimator):
         -------
         self
         """
-        from dpopt.solvers.als import als
+        from dpopt.solvers.als import als, als_distributed
         from dpopt.solvers.hamsi import hamsi, hamsi_distributed, mbgd
 
         rank = check_int(self.rank, "rank")
-        if self.solver not in ("als", "hamsi", "mbgd", "hamsi_distributed"):
-            raise InvalidParameterError("solver: must be 'als', 'hamsi', 'mbgd' or 'hamsi_distributed'")
+        if self.solver not in ("als", "als_distributed", "hamsi", "mbgd", "hamsi_distributed"):
+            raise InvalidParameterError(
+                "solver: must be 'als', 'als_distributed', 'hamsi', 'mbgd' or 'hamsi_distributed'"
+            )
         users, items, values, bounds = _as_triples(ratings)
         if values.shape[0] == 0:
             raise InvalidParameterError("ratings: contains no ratings")
@@ -375,16 +380,19 @@ class MFRecommender(BaseEstimator):
             opts.setdefault("early_stopping", bool(self.early_stopping))
             opts.setdefault("time_budget", self.time_budget)
             res = hamsi_distributed(problem, **common, **opts)
-        elif self.solver == "als":
+        elif self.solver in ("als", "als_distributed"):
             patience = 1 if self.patience is None else check_int(self.patience, "patience")
             common.update(
                 time_budget=self.time_budget,
-                n_threads=check_int(self.n_threads, "n_threads"),
                 tol=check_nonneg(self.tol, "tol"),
                 patience=patience,
                 early_stopping=bool(self.early_stopping),
             )
-            res = als(problem, **common, **opts)
+            if self.solver == "als":
+                res = als(problem, n_threads=check_int(self.n_threads, "n_threads"), **common, **opts)
+            else:
+                opts.setdefault("n_shards", max(1, int(self.n_threads)))
+                res = als_distributed(problem, **common, **opts)
         else:
             common.update(
                 time_budget=self.time_budget,

@@ -25,6 +25,7 @@ import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,7 +43,7 @@ from dpopt.solvers.hamsi.result import HamsiResult
 if TYPE_CHECKING:
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
-__all__ = ["als", "als_sweeps"]
+__all__ = ["als", "als_distributed", "als_sweeps"]
 
 Float = NDArray[np.float64]
 _OPTS: dict[str, Any] = {"nogil": True, "cache": True, "fastmath": True}
@@ -476,6 +477,309 @@ def als(
         partition_balance=MappingProxyType({}),
         options=MappingProxyType(options),
         message=message or f"als: {sweep} sweeps ({status})",
+        row_bias=row_bias,
+        col_bias=col_bias,
+        offset=float(problem.offset or 0.0),
+        setup_time=setup_time,
+        eval_time=eval_time,
+    )
+
+
+# ============================================================================ distributed (engines)
+@dataclass(frozen=True)
+class _ALSShardSpec:
+    """Shard ``r`` of :func:`als_distributed`: its row block's ratings (CSR by local row, global
+    column ids) and its column block's (CSR by local column, global row ids), picklable."""
+
+    r: int
+    width: int
+    U0: Float
+    V0: Float
+    by_row: tuple[NDArray[np.int64], NDArray[Any], Float]
+    by_col: tuple[NDArray[np.int64], NDArray[Any], Float]
+    free_U: NDArray[np.int64]
+    free_V: NDArray[np.int64]
+    fixed_U: int
+    fixed_V: int
+    reg_U: Float
+    reg_V: Float
+    per_count: bool
+
+
+class _ALSShard:
+    """Owns rows ``R_r`` of U and columns ``C_r`` of V.  Even rounds solve the own rows against the
+    whole V (the blocks every shard published), odd rounds the own columns against the whole U."""
+
+    def __init__(self, spec: _ALSShardSpec) -> None:
+        self.spec = spec
+        self.U = np.array(spec.U0, dtype=np.float64)
+        self.V = np.array(spec.V0, dtype=np.float64)
+        self.sse_U = np.zeros(self.U.shape[0])
+        self.sse_V = np.zeros(self.V.shape[0])
+
+    def initial_output(self) -> Float:
+        return self.V.ravel().copy()
+
+    def _ridge(self, F: Float, free: NDArray[np.int64], reg: Float, indptr: NDArray[np.int64]) -> float:
+        mult = np.diff(indptr).astype(np.float64) if self.spec.per_count else np.ones(F.shape[0])
+        return float(np.einsum("i,ij,ij,j->", mult, F[:, free], F[:, free], reg))
+
+    def step(self, t: int, inputs: Any) -> tuple[Float, Any]:
+        sp = self.spec
+        G = np.concatenate([np.asarray(x, dtype=np.float64).reshape(-1, sp.width) for x in inputs])
+        if t % 2 == 0:
+            indptr, idx, vals = sp.by_row
+            _solve_rows(self.U, G, indptr, idx, vals, sp.free_U, sp.fixed_U, sp.reg_U, sp.per_count,
+                        0, self.U.shape[0], self.sse_U)  # fmt: skip
+            return self.U.ravel().copy(), {}
+        indptr, idx, vals = sp.by_col
+        _solve_rows(self.V, G, indptr, idx, vals, sp.free_V, sp.fixed_V, sp.reg_V, sp.per_count,
+                    0, self.V.shape[0], self.sse_V)  # fmt: skip
+        ridge = self._ridge(self.U, sp.free_U, sp.reg_U, sp.by_row[0]) + self._ridge(
+            self.V, sp.free_V, sp.reg_V, indptr
+        )
+        finite = bool(np.isfinite(self.U).all() and np.isfinite(self.V).all())
+        return self.V.ravel().copy(), {"sse": float(self.sse_V.sum()), "ridge": ridge, "finite": finite}
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"U": self.U.copy(), "V": self.V.copy()}
+
+    def restore(self, state: dict[str, Any]) -> Float:
+        self.U[:] = state["U"]
+        self.V[:] = state["V"]
+        return self.initial_output()
+
+    def call(self, name: str, *args: Any) -> Any:
+        if name == "factors":
+            return self.U.copy(), self.V.copy()
+        if name == "snapshot":
+            return self.snapshot()
+        if name == "restore":
+            return self.restore(*args)
+        raise ValueError(f"unknown shard call {name!r}")
+
+
+def _make_als_shard(spec: _ALSShardSpec) -> _ALSShard:
+    """Engine factory (module level, hence picklable)."""
+    warmup()
+    return _ALSShard(spec)
+
+
+def _balanced_cuts(indptr: NDArray[np.int64], n_parts: int) -> NDArray[np.int64]:
+    """``n_parts + 1`` boundaries of contiguous index ranges with about equal numbers of ratings."""
+    n = indptr.shape[0] - 1
+    cuts = np.searchsorted(indptr, np.linspace(0, indptr[-1], n_parts + 1)).astype(np.int64)
+    cuts[0], cuts[-1] = 0, n
+    return np.maximum.accumulate(np.minimum(cuts, n))
+
+
+def als_distributed(
+    problem: MatrixFactorizationProblem,
+    n_shards: int = 2,
+    *,
+    engine: Any = "inprocess",
+    max_iter: int = 50,
+    tol: float = 1e-4,
+    patience: int = 1,
+    time_budget: float | None = None,
+    init: tuple[Any, ...] | None = None,
+    init_scale: float | Literal["spectral"] | None = "spectral",
+    spectral_power: int = 4,
+    test: Ratings | None = None,
+    early_stopping: bool = False,
+    rng: RNGLike,
+    callback: Callback | None = None,
+) -> HamsiResult:
+    """:func:`als` on the engines of :mod:`dpopt.distributed.engines` (one worker per shard).
+
+    Shard ``r`` owns a contiguous block of rows of U and one of columns of V (blocks balanced by
+    rating counts) and holds only the ratings of those rows and of those columns (each rating is
+    held twice in all, by its row's shard and by its column's, as in Spark's ALS).  A sweep is two
+    engine rounds: every shard solves its rows against the whole V, assembled from the column
+    blocks every shard published (``n_cols x width`` numbers per shard), then its columns against
+    the whole U.  The solves are those of :func:`als`, so the iterates equal :func:`als`'s up to
+    the summation order of the monitored objective (tested), on every engine.  The driver gathers
+    the factors only at the end (and after every sweep when ``test`` is given).  ALS is an
+    optimizer and is **not** differentially private.
+
+    Parameters
+    ----------
+    problem : MatrixFactorizationProblem
+    n_shards : int, default 2
+    engine : {"inprocess", "processes", "ray"} or Engine, default "inprocess"
+        As in :func:`~dpopt.solvers.hamsi.hamsi_distributed` (every wait on a worker has a time
+        limit).  A failed worker is not recovered here: the
+        :class:`~dpopt.distributed.engines.EngineError` is raised (use ``hamsi_distributed`` for
+        runs that must survive their workers).
+    max_iter, tol, patience, time_budget, init, init_scale, spectral_power, test, early_stopping, rng, callback
+        As in :func:`als` (the spectral start is computed by the driver).
+
+    Returns
+    -------
+    HamsiResult
+        ``method="als"``, ``scheme="shards/<engine>"``.
+
+    Examples
+    --------
+    >>> from dpopt.datasets import make_low_rank_ratings
+    >>> from dpopt.matrix_factorization import MatrixFactorizationProblem
+    >>> r = make_low_rank_ratings(200, 100, 3, 0.3, rng=0)
+    >>> p = MatrixFactorizationProblem.from_als_lambda(r, 3, 1.0, bias=True)
+    >>> res = als_distributed(p, 2, rng=0)
+    >>> res.status, res.scheme, bool(abs(res.rmse - als(p, rng=0).rmse) < 1e-9)
+    ('converged', 'shards/inprocess', True)
+    """
+    from dpopt.distributed.engines import Engine, make_engine
+    from dpopt.matrix_factorization import MatrixFactorizationProblem
+    from dpopt.solvers.hamsi._execution import _initial_point
+
+    if not isinstance(problem, MatrixFactorizationProblem):
+        raise InvalidParameterError(
+            "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
+        )
+    P = check_int(n_shards, "n_shards")
+    max_iter = check_int(max_iter, "max_iter", minimum=0)
+    tol = check_nonneg(tol, "tol")
+    patience = check_int(patience, "patience", minimum=1)
+    budget = None if time_budget is None else check_positive(time_budget, "time_budget")
+    if early_stopping and test is None:
+        raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
+    if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
+        raise InvalidParameterError(f"test: expected a Ratings of shape {problem.shape} (same users and items)")
+    t_setup = time.perf_counter()
+    warmup()
+    spectral_power = check_int(spectral_power, "spectral_power", minimum=0)
+    gen = as_generator(spawn(rng, ["init", "schedule", "partition"])[0])  # als's init stream
+    if init is None and isinstance(init_scale, str):
+        if init_scale != "spectral":
+            raise InvalidParameterError("init_scale: expected a positive number, None or 'spectral'")
+        U, V = problem.spectral_factors(rng=gen, n_power=spectral_power)
+        if problem.bias:
+            U, V = problem.augment(U, V)
+    else:
+        U, V = (np.array(a) for a in problem.unpack(_initial_point(problem, init, init_scale, gen)))
+    U, V = np.ascontiguousarray(U, dtype=np.float64), np.ascontiguousarray(V, dtype=np.float64)
+    sides = _Sides(problem)
+    rp, ri, rv = sides.by_row
+    cp, ci, cv = sides.by_col
+    rc, cc = _balanced_cuts(rp, P), _balanced_cuts(cp, P)
+    specs = []
+    for r in range(P):
+        a0, a1, b0, b1 = int(rc[r]), int(rc[r + 1]), int(cc[r]), int(cc[r + 1])
+        specs.append(
+            _ALSShardSpec(
+                r=r, width=problem.width, U0=U[a0:a1].copy(), V0=V[b0:b1].copy(),
+                by_row=(rp[a0 : a1 + 1] - rp[a0], ri[rp[a0] : rp[a1]], rv[rp[a0] : rp[a1]]),
+                by_col=(cp[b0 : b1 + 1] - cp[b0], ci[cp[b0] : cp[b1]], cv[cp[b0] : cp[b1]]),
+                free_U=sides.free_U, free_V=sides.free_V, fixed_U=int(sides.fixed_U),
+                fixed_V=int(sides.fixed_V), reg_U=sides.reg_U, reg_V=sides.reg_V,
+                per_count=bool(sides.per_count),
+            )
+        )  # fmt: skip
+    n = problem.n_ratings
+    sse0 = problem.sse(U, V)
+    objective0 = _objective_als(problem, sides, U, V, sse0)
+    del sides, rp, ri, rv, cp, ci, cv  # the shards hold the ratings from here on
+    if isinstance(engine, str):
+        engine_options = {"processes": {"n_workers": P}, "ray": {"n_actors": P}}.get(engine, {})
+        eng = make_engine(engine, **engine_options)
+    else:
+        eng = make_engine(engine)
+    own = not isinstance(engine, Engine)
+    test_rmse: Callable[[Float, Float], float] | None = problem.evaluator(test) if test is not None else None
+
+    def gather() -> None:
+        for r, (Ur, Vr) in enumerate(eng.call("factors")):
+            U[rc[r] : rc[r + 1]] = Ur
+            V[cc[r] : cc[r + 1]] = Vr
+
+    eval_time = 0.0
+    hist_t: list[float] = [0.0]
+    hist_e: list[int] = [0]
+    hist_r: list[float] = [math.sqrt(sse0 / n)]
+    hist_te: list[float] = [test_rmse(U, V)] if test_rmse is not None else []
+    mon_best = hist_te[0] if early_stopping else objective0
+    best_x: tuple[Float, Float] | None = (U.copy(), V.copy()) if early_stopping else None
+    stale = 0
+    status, message = "max_iter", ""
+    elapsed = 0.0
+    sweep = 0
+    try:
+        eng.start(_make_als_shard, specs, [list(range(P))] * P)
+        setup_time = time.perf_counter() - t_setup
+        while sweep < max_iter:
+            t1 = time.perf_counter()
+            eng.step(2 * sweep)
+            diags = eng.step(2 * sweep + 1)
+            elapsed += time.perf_counter() - t1
+            sweep += 1
+            t2 = time.perf_counter()
+            sse = math.fsum(d["sse"] for d in diags)
+            if not (math.isfinite(sse) and all(d["finite"] for d in diags)):
+                status, message = "failed", "als_distributed: non-finite factors (check the ratings and the ridge)"
+                break
+            hist_t.append(elapsed)
+            hist_e.append(sweep)
+            hist_r.append(math.sqrt(sse / n))
+            if test_rmse is not None:
+                gather()
+                hist_te.append(test_rmse(U, V))
+            value = hist_te[-1] if early_stopping else sse + math.fsum(d["ridge"] for d in diags)
+            stale = 0 if value < (1.0 - tol) * mon_best else stale + 1
+            if value < mon_best:
+                mon_best = value
+                if best_x is not None:
+                    best_x[0][:], best_x[1][:] = U, V
+            eval_time += time.perf_counter() - t2
+            if tol > 0 and stale >= patience:
+                status = "converged"
+                what = "validation RMSE" if early_stopping else "objective"
+                message = (
+                    f"als_distributed: converged after {sweep} sweeps ({what} improved by less than "
+                    f"tol={tol:g} (relative) in {patience} sweeps)"
+                )
+                break
+            if budget is not None and elapsed >= budget:
+                status = "max_time"
+                break
+            if notify(callback, sweep, rmse=hist_r[-1], elapsed=elapsed):
+                status = "stopped"
+                break
+        if status != "failed":
+            gather()
+    finally:
+        if own:
+            eng.close()
+    if best_x is not None and hist_te and hist_te[-1] > mon_best:
+        U, V = best_x
+        hist_t.append(elapsed)
+        hist_e.append(sweep)
+        hist_r.append(problem.rmse(U, V))
+        hist_te.append(mon_best)
+    U_out, V_out, row_bias, col_bias = problem.split(U, V)
+    options = {"tol": tol, "patience": patience, "l2": problem.l2, "l2_bias": problem.l2_bias,
+               "scaling": problem.scaling, "rank": problem.rank, "n_shards": P, "engine": eng.name}  # fmt: skip
+    return HamsiResult(
+        U=U_out,
+        V=V_out,
+        method="als",
+        scheme=f"shards/{eng.name}",
+        schedule="det",
+        status=status,
+        n_epochs=sweep,
+        n_steps=2 * sweep,
+        history_time=np.asarray(hist_t),
+        history_epoch=np.asarray(hist_e, dtype=np.int64),
+        history_rmse=np.asarray(hist_r),
+        history_test_rmse=np.asarray(hist_te) if test is not None else None,
+        timings=MappingProxyType({"update": elapsed}),
+        n_pairs_accepted=0,
+        n_pairs_rejected=0,
+        n_restarts=0,
+        n_threads=P,
+        partition_balance=MappingProxyType({}),
+        options=MappingProxyType(options),
+        message=message or f"als_distributed: {sweep} sweeps ({status})",
         row_bias=row_bias,
         col_bias=col_bias,
         offset=float(problem.offset or 0.0),
