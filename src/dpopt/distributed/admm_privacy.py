@@ -21,6 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dpopt._validation import check_positive
 from dpopt.accounting import Budget
+from dpopt.distributed.schedules import Schedule
 from dpopt.exceptions import BudgetExceededError, InvalidParameterError, MissingDataBoundsError
 from dpopt.problems import DataBounds, ERMProblem, LogisticLoss, SmoothHingeLoss, SquaredLoss
 
@@ -345,8 +346,6 @@ class PublicSchedule:
         With per-node noise rates the dict carries ``noise_rate=`` (a per-node constant schedule);
         pass ``budget=`` as well, and the run checks that the bound stays within it before any noise.
         """
-        from dpopt.distributed.schedules import Schedule
-
         out: dict[str, object]
         if method == "dvp":
             out = {"theta": float(self.penalty.max()), "max_iter": self.max_iter}
@@ -438,6 +437,16 @@ def public_pp_schedule(
     ...                        loss_weight=10.0, l2_penalty=1e-3)
     >>> s.max_iter, round(s.noise_rate, 2), s.penalty.shape
     (5, 5.0, (3,))
+
+    One private round with a noise rate per node, averaged by declared size (``admm-utility``):
+
+    >>> s1 = public_pp_schedule(1.0, degrees=np.array([1, 2, 1]), sizes=np.array([600, 500, 800]),
+    ...                         loss_weight=10.0, l2_penalty=1e-3, n_rounds=1, min_noise_rate=2.0,
+    ...                         progress=4.0, per_site_noise=True)
+    >>> s1.max_iter, s1.average_from, [round(float(w), 3) for w in s1.weights]
+    (1, 1, [0.316, 0.263, 0.421])
+    >>> sorted(s1.kwargs())             # result.round_average(s1.average_from, s1.weights) is scored
+    ['max_iter', 'noise_rate', 'penalty', 'theta']
     """
     eps = epsilon.epsilon if isinstance(epsilon, Budget) else check_positive(epsilon, "epsilon")
     if not (inexact_fraction >= 0):
