@@ -10,6 +10,10 @@ its first checkpointed round and started again (the job resumes from its run dir
 resumed run site1's ``dpopt site serve`` (SuperNode, SuperExec, ClientApp, worker) is SIGKILLed
 mid-round and started again.
 
+site2 keeps its own privacy schedule (``[privacy.schedule]`` in its ``site.toml``): the released
+rounds equal the in-process engine's run given that schedule, and none of its values reaches the
+coordinator's run directory or result.
+
 Slow (Flower starts a process per message; minutes on a loaded 2-core machine) and needs the
 ``flower`` extra: skipped without ``flwr``.  Every wait has a time limit and every process the
 fixture starts is killed (by process group) at teardown.  With ``DPOPT_FLOWER_TIMINGS=path`` the
@@ -26,6 +30,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -49,6 +54,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 N_SITES = 3
 ROUNDS = 3
 BUDGET = 5.0  # each site's per-node cap (the run's plan: P(T) = 0.38)
+#: site2 keeps its own privacy schedule ([privacy.schedule] in its site.toml, never sent); all sites
+#: have their own noise key file, here with the same secret so that the in-process reference (one
+#: key) can draw the same noise
+OWN_SCHEDULE = "penalty = 0.6\npenalty_ratio = 1.15\nepsilon = 0.9\nnoise_ratio = 1.03"
+SITE_KEY = (424242424242, 171717171717)
 #: Kill the coordinator after round 1 and resume it, then kill site1's SuperNode mid-run and restart
 #: it (a few more minutes: the SuperLink accepts the restarted SuperNode only once the killed one's
 #: heartbeat has expired); DPOPT_FLOWER_TEST_NO_KILL=1 skips both (e.g. to time the run alone).
@@ -301,10 +311,13 @@ def federation(tmp_path_factory):
                 )  # fmt: skip
                 continue
             fed.flwr("supernode", "register", str(pub), "fed")
+            (root / f"site{k}.noise-key").write_text(f"{SITE_KEY[0]} {SITE_KEY[1]}\n")
+            (root / f"site{k}.noise-key").chmod(0o600)
             (root / f"site{k}.toml").write_text(
                 f'[supernode]\nsuperlink = "127.0.0.1:{fed.port}"\nroot_certificates = "ca.crt"\n'
                 f'private_key = "{priv.name}"\nport = {_free_port()}\n\n'
-                f'[privacy]\nbudget = {BUDGET}\nledger = "site{k}-ledger.db"\n\n'
+                f'[privacy]\nbudget = {BUDGET}\nledger = "site{k}-ledger.db"\nnoise_key_file = "site{k}.noise-key"\n'
+                + (f"[privacy.schedule]\n{OWN_SCHEDULE}\n" if k == 2 else "") + "\n"
                 f'[[site]]\nname = "site{k}"\nloader = "flower_test_loader:load"\n'
                 f'[site.kwargs]\nname = "site{k}"\npath = "{root / f"site{k}.npz"}"\n'
             )
@@ -314,12 +327,45 @@ def federation(tmp_path_factory):
         fed.close()
 
 
-def _reference() -> np.lib.npyio.NpzFile | object:
+def _site2_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """η, α and β of the whole network as the sites run them (site2's own, the job's elsewhere)."""
     from flower_test_job import make_admm  # type: ignore[import-not-found]
+
+    from dpopt.accounting import Budget
+    from dpopt.distributed.admm import geometric
+    from dpopt.distributed.admm_privacy import calibrate_noise_rate
+
+    job = make_admm()
+    sizes = np.array([len(r) for r in split_rows(150, N_SITES, rng=0)], dtype=float)
+    eta = geometric([0.5, 0.5, 0.6], [1.1, 1.1, 1.15]).table(ROUNDS, 3)
+    a1 = calibrate_noise_rate(Budget(0.9 / 1.01, 0.0), penalty=eta[:, [2]], degrees=[2.0], sizes=sizes[[2]], ratio=1.03,
+                              reg_per_node=job.reg / 3, c1=job._consts.c1, lipschitz=job._consts.lipschitz)  # fmt: skip
+    alpha = geometric([5.0, 5.0, a1], [1.05, 1.05, 1.03]).table(ROUNDS, 3)
+    beta = _reference_job(eta, alpha)._inexact_rate_table(sizes, alpha)
+    assert beta is not None
+    return eta, alpha, beta
+
+
+def _reference_job(eta: np.ndarray, alpha: np.ndarray) -> Any:
+    from dpopt.distributed.admm import PrivateADMM
+    from dpopt.distributed.topology import ring
+
+    return PrivateADMM(ring(3), method="pp", penalty=eta, theta=0.5, noise_rate=alpha, max_iter=ROUNDS)
+
+
+def _reference() -> np.lib.npyio.NpzFile | object:
+    """The in-process engine given the schedules the sites ran and the sites' noise key."""
+    from dpopt.distributed import admm as admm_mod
 
     ds = make_logistic(150, 3, rng=0)
     data = [(ds.X[r], ds.y[r]) for r in split_rows(150, N_SITES, rng=0)]
-    return make_admm().run(data, rng=3, record_models=True)
+    eta, alpha, _ = _site2_tables()
+    real = admm_mod._draw_key
+    admm_mod._draw_key = lambda g: fe.derive_noise_key(SITE_KEY, real(g))
+    try:
+        return _reference_job(eta, alpha).run(data, rng=3, record_models=True)
+    finally:
+        admm_mod._draw_key = real
 
 
 def _local_timings(root: Path) -> dict[str, float]:
@@ -394,6 +440,7 @@ def test_flower_run_equals_inprocess(federation) -> None:
     try:
         ref = _reference()
         local = _local_timings(federation.root)
+        eta, alpha, beta = _site2_tables()
     finally:
         sys.path.remove(str(federation.root))
     got = np.load(out)
@@ -412,7 +459,13 @@ def test_flower_run_equals_inprocess(federation) -> None:
     print("timings (wall s, same job):", timings)
     assert np.array_equal(got["models"], ref.models)  # type: ignore[attr-defined]
     assert np.array_equal(got["models_history"], ref.models_history)  # type: ignore[attr-defined]
-    assert float(got["epsilon"]) == ref.privacy.epsilon  # type: ignore[attr-defined]
+    assert float(got["epsilon"]) == pytest.approx(ref.privacy.epsilon, rel=1e-12)  # type: ignore[attr-defined]
+    assert np.allclose(got["node_privacy_history"], ref.node_privacy_history, rtol=1e-12)  # type: ignore[attr-defined]
+    # site2's schedule stayed on site2: none of its values is in the coordinator's run directory or result
+    secret = [struct.pack(o, float(v)) for v in (*eta[:, 2], *alpha[:, 2], *beta[:, 2]) for o in ("<d", ">d")]
+    stored = b"".join(p.read_bytes() for p in [*run_dir.rglob("*"), out] if p.is_file())
+    assert len(stored) > 1000 and not [v for v in secret if v in stored]
+    assert struct.pack("<d", float(got["models"][2, 0])) in stored  # the search sees the stored floats
     notes = "\n".join(got["notes"].tolist())
     if KILL:
         assert "op=step" in federation.log("site1-restarted")  # the restarted site ran the replayed rounds
