@@ -54,9 +54,13 @@ def _fake_flwr(tmp_path, monkeypatch, status: str) -> None:
     script = bindir / "flwr"
     script.write_text(
         f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(tmp_path / 'calls')!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
         "if sys.argv[1] == 'run':\n    print('Successfully started run 42')\n"
+        "elif sys.argv[1] == 'stop':\n    pass\n"
         f"else:\n    import os\n    st = {status!r} if not os.path.exists({str(tmp_path / 'done')!r}) else 'finished:completed'\n"
-        "    print(json.dumps({'success': True, 'runs': [{'run-id': '42', 'status': st}]}))\n"
+        "    rid = sys.argv[sys.argv.index('--run-id') + 1] if '--run-id' in sys.argv else '42'\n"
+        "    st = 'running' if rid == '41' else st\n"
+        "    print(json.dumps({'success': True, 'runs': [{'run-id': rid, 'status': st}]}))\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -124,3 +128,25 @@ def test_one_coordinator_per_run_directory(tmp_path) -> None:
         holder.wait(timeout=30)
     with coordinator_lock(tmp_path / "run"):
         pass
+
+
+def test_admm_run_can_stop_the_previous_run_of_a_crashed_coordinator(tmp_path, monkeypatch, capsys) -> None:
+    """The run submitted earlier for the same output (41, still "running" for Flower) is stopped with
+    --stop-previous before the new submission, and only named without it."""
+    _fake_flwr(tmp_path, monkeypatch, "finished:failed")
+    out = tmp_path / "r.npz"
+    (tmp_path / "r.npz.flwr-run").write_text("41\n")
+    args = ["admm", "run", "--federation", "consortium", "--job", "jobs:job", "--output", str(out),
+            "--app-dir", str(tmp_path / "app"), "--timeout", "60"]  # fmt: skip
+    assert main(args) == 2  # the fake run 42 ends without a result
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert not any(c.startswith("stop") for c in calls)
+    assert "previous Flower run 41 for r.npz is still running" in capsys.readouterr().err
+    assert (tmp_path / "r.npz.flwr-run").read_text().strip() == "42"
+    (tmp_path / "r.npz.flwr-run").write_text("41\n")
+    (tmp_path / "calls").unlink()
+    assert main([*args, "--stop-previous"]) == 2
+    calls = (tmp_path / "calls").read_text().splitlines()
+    stop = calls.index("stop 41 consortium")
+    assert stop < next(i for i, c in enumerate(calls) if c.startswith("run "))
+    assert "stopped the previous Flower run 41" in capsys.readouterr().err

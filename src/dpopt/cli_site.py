@@ -189,6 +189,39 @@ def _run_status(flwr: str, federation: str, run_id: str) -> str | None:
     return None
 
 
+def _run_marker(out: Path) -> Path:
+    """Where ``dpopt admm run`` notes the Flower run it submitted for ``out`` (``<output>.flwr-run``)."""
+    return out.with_name(out.name + ".flwr-run")
+
+
+def _previous_run(flwr: str, federation: str, out: Path, *, stop: bool) -> None:
+    """The Flower run submitted earlier for the same output, if Flower still lists it as not finished.
+
+    After a coordinator crash, Flower keeps the killed run "running" until its ServerApp's heartbeat
+    expires (about a minute), and each SuperNode stays on that run's last message until then: the
+    resumed run's first message round waits for it.  With ``stop`` the previous run is stopped
+    (``flwr stop``) so the sites drop it at once; otherwise a hint is printed.
+    """
+    marker = _run_marker(out)
+    previous = marker.read_text().strip() if marker.exists() else ""
+    if not previous.isdigit():
+        return
+    status = _run_status(flwr, federation, previous)
+    if status is None or status.startswith("finished"):
+        return
+    if not stop:
+        print(
+            f"dpopt admm run: the previous Flower run {previous} for {out.name} is still {status}; if its coordinator "
+            "crashed, the sites wait for it until Flower expires it (about a minute): pass --stop-previous to "
+            "stop it first",
+            file=sys.stderr,
+        )
+        return
+    done = subprocess.run([flwr, "stop", previous, federation], capture_output=True, timeout=120, check=False)
+    said = "stopped" if done.returncode == 0 else f"could not stop (exit {done.returncode})"
+    print(f"dpopt admm run: {said} the previous Flower run {previous} for {out.name} ({status})", file=sys.stderr)
+
+
 def _cmd_admm_run(args: argparse.Namespace) -> int:
     import re
 
@@ -199,6 +232,7 @@ def _cmd_admm_run(args: argparse.Namespace) -> int:
         print(" ".join(cmd))
         return 0
     flwr = cmd[0] = _tool("flwr")
+    _previous_run(flwr, args.federation, out, stop=args.stop_previous)
     before = out.stat().st_mtime if out.exists() else None
     submitted = subprocess.run(cmd, check=True, timeout=300, capture_output=True)
     text = submitted.stdout.decode(errors="replace")
@@ -206,6 +240,8 @@ def _cmd_admm_run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     found = re.search(r"started run (\d+)", text)
     run_id = found.group(1) if found else None
+    if run_id:
+        _run_marker(out).write_text(run_id + "\n")
 
     def written() -> bool:
         return out.exists() and (before is None or out.stat().st_mtime != before)
@@ -261,4 +297,7 @@ def add_site_parsers(sub: Any) -> None:
     q.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the result (default 3600)")
     q.add_argument("--insecure", action="store_true", help="allow a federation without TLS: local tests only")
     q.add_argument("--dry-run", action="store_true", help="print the flwr command line and exit")
+    q.add_argument("--stop-previous", action="store_true",
+                   help="stop the Flower run submitted earlier for the same --output if Flower still lists it as "
+                        "running (e.g. after a coordinator crash, so the sites drop its pending messages at once)")  # fmt: skip
     q.set_defaults(func=_cmd_admm_run)
