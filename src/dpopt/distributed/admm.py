@@ -754,8 +754,8 @@ class PrivateADMM:
             fails.append(
                 f"loss_weight C={c:g} exceeds the smallest node size {int(sizes.min())} (needs C <= B_i)"
             )
-        job_eta = np.delete(self._penalty, list(site_owned), axis=1)  # sites with their own η check it there
-        if np.any(np.delete(self._theta, list(site_owned), axis=1).max(axis=0, initial=-np.inf) > job_eta.min(axis=0, initial=np.inf)):
+        job = np.setdiff1d(np.arange(self.topology.n_nodes), site_owned)  # sites with their own η check it there
+        if np.any(self._theta[:, job].max(axis=0, initial=-np.inf) > self._penalty[:, job].min(axis=0, initial=np.inf)):
             fails.append("θ_i(r) > η_i(r) for some node and round (needs θ <= η_i(t))")
         theta_min = self._theta.min(axis=0)
         lhs = (sizes / c) * (self.reg / self.topology.n_nodes + 2.0 * theta_min * deg)
