@@ -43,6 +43,28 @@ def test_frank_wolfe_audit_finds_no_violation_and_catches_planted_bug():
     assert res_bad.epsilon_lower > res.epsilon_lower
 
 
+def test_pure_epsilon_frank_wolfe_audit_and_planted_bug():
+    """``dp_frank_wolfe`` at δ = 0 (the pure-ε LASSO / linear-regression default): one report-noisy-min
+    selection on the declared-worst pair; the solver told half the Lipschitz constant is refuted."""
+
+    def mech(problem: ERMProblem):
+        def run(data, rng):
+            X, y = data
+            res = minimize(
+                problem, X, y, method="dp_frank_wolfe", budget=Budget(EPS, 0.0), rng=rng, max_iter=2
+            )
+            return float(res.solution[0] > 0)
+
+        return run
+
+    good = ERMProblem("smooth_hinge", DataBounds(1.0), L1Ball(1))
+    res = audit(mech(good), D0, D1, n_runs=3000, delta=0.0, rng=0, tests="equality")
+    assert not res.refutes(EPS)
+    bad = _HalfLipschitz("smooth_hinge", DataBounds(1.0), L1Ball(1))
+    res_bad = audit(mech(bad), D0, D1, n_runs=3000, delta=0.0, rng=0, tests="equality")
+    assert res_bad.refutes(EPS), str(res_bad)
+
+
 def test_mirror_descent_audit_finds_no_violation_and_catches_planted_bug():
     """Noise-MD where its noise reaches the output (issue 12 §5; the old version at n = 4 returned θ₀
     and still passed with the Lipschitz constant understated 2x and 4x).
