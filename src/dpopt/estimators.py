@@ -436,12 +436,17 @@ class DPLinearRegression(_DPRegressor):
     ε·n/(d·B₂²) >= 25 (:data:`AUTO_LINEAR_PURE_OP_EPSILON_N`), else ``"dp_frank_wolfe"``.
     ``"dp_frank_wolfe"`` (and ``"frank_wolfe"``) run over the l1 ball of radius ``max_norm``, which
     lies inside the l2 ball: their selection noise does not grow with d, the others' does.
+    ``neighbouring="add_remove"`` with ``declared_size=N`` (public, never read from the data): the
+    same thresholds with N for n; ``"dp_mag"`` then runs full-batch with its gradient sum
+    normalised by N (Poisson rate 1), below its threshold and for δ = 0 ``"dp_frank_wolfe"``
+    (objective perturbation and AdaSSP have no add/remove analysis).
 
     Privacy
     -------
-    (ε, δ)-DP per ``fit`` under replace-one neighbours, given ``‖x‖ <= feature_norm`` and
+    (ε, δ)-DP per ``fit`` under replace-one neighbours (add/remove with ``neighbouring="add_remove"``
+    and ``declared_size``), given ``‖x‖ <= feature_norm`` and
     ``|y| <= label_bound`` (checked, or clipped with ``clip=True``).  The solver choice uses only ε,
-    the public n (replace-one), d and the declared bounds.  ``"dp_mag"``: see
+    the public n (replace-one; the declared N under add/remove), d and the declared bounds.  ``"dp_mag"``: see
     :func:`dpopt.solvers.multistage.dp_mag`.  ``"ssp"``: one Gaussian
     release of (XᵀX, Xᵀy, λ_min(XᵀX)) with sensitivities from the declared bounds, PLD-calibrated
     (:func:`dpopt.solvers.sufficient_statistics.private_sufficient_statistics`); the ridge and the
@@ -482,6 +487,8 @@ class DPLinearRegression(_DPRegressor):
         solver_options: dict[str, Any] | None = None,
         rng: Any = None,
         accountant: Accountant | None = None,
+        neighbouring: str | None = None,
+        declared_size: int | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -498,6 +505,8 @@ class DPLinearRegression(_DPRegressor):
         self.solver_options = solver_options
         self.rng = rng
         self.accountant = accountant
+        self.neighbouring = neighbouring
+        self.declared_size = declared_size
 
     def _constraint(self, dim: int) -> Any:
         radius = check_positive(self.max_norm, "max_norm")
@@ -506,10 +515,38 @@ class DPLinearRegression(_DPRegressor):
             return L1Ball(dim, radius)
         return L2Ball(dim, radius)
 
+    def _add_remove(self) -> bool:
+        return (self.neighbouring or getattr(self.accountant, "neighbouring", None)) == "add_remove"
+
+    def _relation_options(self) -> dict[str, Any]:
+        out = super()._relation_options()
+        if self._add_remove() and getattr(self, "solver_", None) in ("dp_mag", "dp_smag"):
+            opts = self.solver_options or {}
+            if "sampling_rate" not in opts and self.declared_size is not None:
+                # full batch normalised by the declared size: Poisson sampling at rate 1
+                out.pop("declared_size", None)
+                out.update(sampling_rate=1.0, batch_size=int(self.declared_size))
+        return out
+
     def _method(self, n: int) -> str:
         if self.solver != "auto":
             return str(self.solver)
         dim = int(self.n_features_in_) + (1 if self.fit_intercept else 0)
+        if self._add_remove():
+            # n is private: the rule reads the declared size (objective perturbation and AdaSSP
+            # have no add/remove analysis)
+            if self.declared_size is None:
+                raise InvalidParameterError(
+                    "DPLinearRegression: neighbouring='add_remove' needs declared_size= (a public dataset "
+                    "size); the data's size is private under add/remove"
+                )
+            N = int(self.declared_size)
+            if (
+                self.delta > 0
+                and float(self.epsilon) * N / math.sqrt(dim) >= AUTO_LINEAR_MAG_EPSILON_N_SQRT_D
+            ):
+                return "dp_mag"
+            return "dp_frank_wolfe"
         if self.delta == 0:  # Gaussian methods need δ > 0; pure ε: objective perturbation or Frank-Wolfe
             if self._epsilon_n_per_d_b2(n, dim) >= AUTO_LINEAR_PURE_OP_EPSILON_N:
                 return "objective_perturbation"
@@ -537,9 +574,14 @@ class DPLasso(_DPRegressor):
     radius and ``solver`` defaulting to ``"auto"`` = ``"dp_frank_wolfe"`` (report-noisy-min over the
     2p vertices with few public steps and clipped residuals; ``"frank_wolfe"`` is the seed's Noise-FW).
 
+    ``neighbouring="add_remove"`` with ``declared_size=N`` (a public dataset size, never read from
+    the data): the guarantee is stated under add/remove neighbours and ``"dp_frank_wolfe"``
+    normalises its scores by N (half the replace-one sensitivity; the steps planned from N).
+
     Privacy
     -------
-    (ε, δ)-DP per ``fit`` under replace-one neighbours, given ``‖x‖_∞ <= feature_norm`` (or l2) and
+    (ε, δ)-DP per ``fit`` under replace-one neighbours (add/remove with ``neighbouring="add_remove"``
+    and ``declared_size``), given ``‖x‖_∞ <= feature_norm`` (or l2) and
     ``|y| <= label_bound``.  The default tight calibration composes the T-1 report-noisy-min
     selections with the PLD accountant; ``calibration="paper"`` (with ``solver="auto"``: the seed's
     ``"frank_wolfe"``) reproduces [TTZ]'s Laplace scale,
@@ -564,6 +606,8 @@ class DPLasso(_DPRegressor):
         solver_options: dict[str, Any] | None = None,
         rng: Any = None,
         accountant: Accountant | None = None,
+        neighbouring: str | None = None,
+        declared_size: int | None = None,
     ) -> None:
         self.epsilon = epsilon
         self.delta = delta
@@ -580,6 +624,8 @@ class DPLasso(_DPRegressor):
         self.solver_options = solver_options
         self.rng = rng
         self.accountant = accountant
+        self.neighbouring = neighbouring
+        self.declared_size = declared_size
 
     def _constraint(self, dim: int) -> Any:
         return L1Ball(dim, check_positive(self.radius, "radius"))

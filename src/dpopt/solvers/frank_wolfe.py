@@ -34,11 +34,14 @@ from dpopt.accounting import (
     Budget,
     EpsilonDeltaEvent,
     GaussianEvent,
+    Neighbouring,
     PrivacyEvent,
     RepeatedEvent,
     ReportNoisyMinEvent,
     advanced_composition_step,
     certify,
+    check_caller_accountant,
+    commit,
 )
 from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback, Status, notify
@@ -83,7 +86,9 @@ def _pure_composition_delta(eps0: float, k: int, epsilon: float) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def _tight_rnm_scale(sens: float, steps: int, epsilon: float, delta: float) -> float:
+def _tight_rnm_scale(
+    sens: float, steps: int, epsilon: float, delta: float, neighbouring: Neighbouring = "replace_one"
+) -> float:
     """Smallest Laplace scale (about 0.2%) for ``steps`` report-noisy-min selections.
 
     The per-step ε0 is found with the exact optimal composition of pure-DP steps, then lowered
@@ -106,7 +111,7 @@ def _tight_rnm_scale(sens: float, steps: int, epsilon: float, delta: float) -> f
         2 * sens / eps0,
         Budget(epsilon, delta),
         accountant="pld",
-        neighbouring="replace_one",
+        neighbouring=neighbouring,
         ratio=1.005,
         max_steps=200,
     )
@@ -162,6 +167,7 @@ def private_frank_wolfe(
     gram: Literal["auto"] | bool = "auto",
     residual_clip: float | None = None,
     callback: Callback | None = None,
+    declared_size: int | None = None,
 ) -> OptimizeResult:
     """Private Frank-Wolfe (Noise-FW, [TTZ] Algorithms 4 and 5).
 
@@ -198,6 +204,12 @@ def private_frank_wolfe(
         ``callback(info)`` after every step with a :class:`dpopt.iteration.IterationInfo`
         (``info.nit``, ``info.x`` = θ_t); returning ``True`` or raising ``StopIteration`` stops the
         run (status ``"stopped"``, solution θ_t; the whole planned run was already paid for).
+    declared_size : int, optional
+        Polytope variant only: analyse the run under **add/remove** neighbours with a public,
+        declared dataset size N (the data's own size is then private and never used): the scores
+        are ``<s, Σᵢ∇ℓᵢ>/N + λ<s, θ>`` and one record added or removed moves each by at most
+        ``Δ = min(‖C‖₁ L_∞, ‖C‖₂ L₂)/N``; the default T is computed from N.  A wrong N costs
+        accuracy, never privacy.
 
     Returns
     -------
@@ -205,7 +217,7 @@ def private_frank_wolfe(
 
     Privacy
     -------
-    Replace-one neighbours, declared bounds.  **Polytope variant**: each of the T-1 selections is
+    Replace-one neighbours (add/remove with ``declared_size``), declared bounds.  **Polytope variant**: each of the T-1 selections is
     report-noisy-min over ``|S|`` scores ``<s, ∇F>``, whose sensitivity is
     ``Δ = (2/n)·min(‖C‖₁ L_∞, ‖C‖₂ L₂)`` (L_∞, L₂ = ``problem.lipschitz("linf"/"l2")``); with
     Laplace scale b it is (2Δ/b)-DP.  ``"tight"`` (default): the smallest b for which the PLD
@@ -234,10 +246,23 @@ def private_frank_wolfe(
     if step_rule not in ("jaggi", "paper", "average"):
         raise InvalidParameterError("step_rule: must be 'jaggi', 'paper' or 'average'")
     bud = parse_budget(budget)
-    acct = check_accountant(accountant)
+    relation: Neighbouring = "replace_one" if declared_size is None else "add_remove"
+    if declared_size is not None:
+        declared_size = check_int(declared_size, "declared_size", minimum=1)
+        if variant != "polytope":
+            raise InvalidParameterError("declared_size (add/remove neighbours): polytope variant only")
+        if calibration == "paper":
+            raise InvalidParameterError(
+                "declared_size (add/remove neighbours): calibration='paper' is replace-one"
+            )
+    acct = check_accountant(accountant) if declared_size is None else check_caller_accountant(
+        accountant, "add_remove", who="Frank-Wolfe with declared_size"
+    )  # fmt: skip
     max_iterations = check_int(max_iterations, "max_iterations", minimum=2)  # T-1 >= 1 selections
     Xc, yc = problem.prepare(X, y)
     n, _p = Xc.shape
+    # the scores' normaliser: the public n (replace-one) or the declared N (add/remove; n is private)
+    norm = float(n if declared_size is None else declared_size)
     L2 = problem.lipschitz("l2")
     Linf = problem.lipschitz("linf")
     gamma = problem.curvature()
@@ -251,7 +276,8 @@ def private_frank_wolfe(
 
     if variant == "polytope":
         l1_scale = min(C.radius_l1 * Linf, C.radius_l2 * L2)  # "L₁‖C‖₁"
-        sens = 2 * l1_scale / n
+        # replace-one: a record's term changes by up to 2·l1_scale; add/remove: appears or vanishes
+        sens = (2 * l1_scale if declared_size is None else l1_scale) / norm
         width = None
     else:
         l1_scale = L2
@@ -265,7 +291,7 @@ def private_frank_wolfe(
         T = max_iterations
     else:
         if variant == "polytope":
-            T = theory_iterations_polytope(n, bud.epsilon, gamma, l1_scale)
+            T = theory_iterations_polytope(int(norm), bud.epsilon, gamma, l1_scale)
         else:
             assert width is not None
             T = max(2, math.ceil(gamma ** (2 / 3) * (n * bud.epsilon) ** (2 / 3) / (L2 * width) ** (2 / 3)))
@@ -292,13 +318,15 @@ def private_frank_wolfe(
             elif calibration == "conservative":
                 if bud.delta <= 0:
                     scale = 2 * sens * steps / bud.epsilon
+                elif declared_size is not None:
+                    raise InvalidParameterError("calibration='conservative' with δ > 0 is replace-one only")
                 else:
                     eps0, _ = advanced_composition_step(bud.epsilon, bud.delta, steps, slack_fraction=1.0)
                     scale = 2 * sens / eps0 * (1 + 1e-9)
                 event = RepeatedEvent(ReportNoisyMinEvent(scale, sens), steps)
                 kind = "advanced"
             else:
-                scale = _tight_rnm_scale(sens, steps, bud.epsilon, bud.delta)
+                scale = _tight_rnm_scale(sens, steps, bud.epsilon, bud.delta, relation)
                 event = RepeatedEvent(ReportNoisyMinEvent(scale, sens), steps)
         else:
             if bud.delta <= 0:
@@ -317,14 +345,27 @@ def private_frank_wolfe(
                 event = RepeatedEvent(GaussianEvent(scale, sens), steps)
 
     # ---- budget first
-    privacy = commit_privacy(event, budget=bud, kind=kind, accountant=acct, label=f"frank-wolfe-{variant}")
+    if declared_size is None:
+        privacy = commit_privacy(
+            event, budget=bud, kind=kind, accountant=acct, label=f"frank-wolfe-{variant}"
+        )
+    else:
+        privacy = commit(
+            event,
+            budget=bud,
+            neighbouring="add_remove",
+            kind=kind,
+            accountant=acct,
+            label=f"frank-wolfe-{variant}",
+        )
     gen = check_rng(rng)
 
     if variant == "polytope":
         assert isinstance(C, VertexSet)
         theta, used_gram, done = _run_polytope(
-            problem, C, Xc, yc, steps, T, scale, step_rule, gram, gen, callback, sens=sens, clip=residual_clip
-        )
+            problem, C, Xc, yc, steps, T, scale, step_rule, gram, gen, callback, sens=sens, clip=residual_clip,
+            norm=norm,
+        )  # fmt: skip
     else:
         (theta, done), used_gram = (
             _run_gaussian(
@@ -346,7 +387,8 @@ def private_frank_wolfe(
         "lipschitz_l2": L2,
         "lipschitz_linf": Linf,
         "gram": used_gram,
-        "n_samples": n,
+        "n_samples": n if declared_size is None else None,  # private under add/remove
+        "declared_size": declared_size,
         "residual_clip": residual_clip,
     }
     if width is not None:
@@ -388,8 +430,11 @@ def _run_polytope(
     callback: Callback | None = None,
     sens: float = 0.0,
     clip: float | None = None,
+    norm: float | None = None,
 ) -> tuple[Array, bool, int]:
     n, p = X.shape
+    if norm is None:
+        norm = float(n)
     lam = problem.l2_penalty
     coord = isinstance(C, L1Ball | Simplex)
     theta = np.zeros(p) if isinstance(C, L1Ball) else C.vertex(0)
@@ -402,10 +447,10 @@ def _run_polytope(
     loss = problem.loss
     assert not isinstance(loss, str)
     if use_gram:
-        K = np.asarray(X.T @ X) / n
+        K = np.asarray(X.T @ X) / norm
         if lam:
             K[np.diag_indices(p)] += lam
-        c = np.asarray(X.T @ y).ravel() / n
+        c = np.asarray(X.T @ y).ravel() / norm
         g = K @ theta - c
         for t in range(1, steps + 1):
             k = _rnm(C.vertex_scores(g), scale, gen, sens)
@@ -423,7 +468,7 @@ def _run_polytope(
     XV = None if coord else np.asarray(X @ V)
     pred = _Predictions(X, theta)
     for t in range(1, steps + 1):
-        w = _derivative(loss, pred.z, y, clip) / n
+        w = _derivative(loss, pred.z, y, clip) / norm
         g = np.asarray(X.T @ w).ravel()
         if lam:
             g += lam * theta

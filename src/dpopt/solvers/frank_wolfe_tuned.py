@@ -69,6 +69,7 @@ def tuned_frank_wolfe(
     residual_clip: float | Literal["auto"] | None = "auto",
     step_rule: Literal["average", "jaggi", "paper"] = "average",
     callback: Callback | None = None,
+    declared_size: int | None = None,
 ) -> OptimizeResult:
     """Private Frank-Wolfe over a vertex polytope with few, public, well-spent steps.
 
@@ -92,6 +93,11 @@ def tuned_frank_wolfe(
         ``μ_t = 1/t`` (θ_T = mean of the selected vertices) or the seed's rules.
     callback : callable, optional
         As for :func:`~dpopt.solvers.frank_wolfe.private_frank_wolfe`.
+    declared_size : int, optional
+        Add/remove neighbours with a public, declared dataset size N (what
+        ``minimize(..., neighbouring="add_remove", declared_size=N)`` passes): the scores are
+        normalised by N, their sensitivity is half the replace-one one, and T comes from N; the
+        data's own size is never used.
 
     Returns
     -------
@@ -100,7 +106,8 @@ def tuned_frank_wolfe(
 
     Privacy
     -------
-    Replace-one neighbours, declared bounds.  The T-1 selections are report-noisy-min over the
+    Replace-one neighbours (add/remove with ``declared_size``: Δ halves, n is replaced by the
+    declared N everywhere), declared bounds.  The T-1 selections are report-noisy-min over the
     vertex scores ``<s, ∇F_c(θ)>`` of the clipped gradient; one record moves each score by at most
     ``Δ = 2·min(c, sup|φ'|)·min(‖C‖₁x∞, ‖C‖₂x₂)/n`` (declared bounds, clip and constraint set only),
     the Laplace scale is the smallest the PLD accountant certifies for the budget, and the whole
@@ -133,7 +140,12 @@ def tuned_frank_wolfe(
         if bud is None:
             iterations = 50
         else:
-            n = int(X.shape[0]) if hasattr(X, "shape") else len(X)
+            # the public n (replace-one) or the declared N (add/remove: the data's size is private)
+            n = (
+                declared_size
+                if declared_size is not None
+                else (int(X.shape[0]) if hasattr(X, "shape") else len(X))
+            )
             deriv = problem.derivative_bound()
             shrink = 1.0 if clip is None else min(1.0, clip / deriv)
             l1_scale = shrink * min(
@@ -155,5 +167,6 @@ def tuned_frank_wolfe(
         gram=False,
         residual_clip=clip,
         callback=callback,
+        declared_size=declared_size,
     )
     return dataclasses.replace(res, method="dp_frank_wolfe")

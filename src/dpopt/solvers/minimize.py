@@ -115,7 +115,8 @@ _METHODS: dict[str, MethodSpec] = {
         constraints=(VertexSet,),
         noise=("laplace",),
         calibrations=("tight", "conservative"),
-        ranges={"iterations": (2, None), "residual_clip": (0, None, True)},
+        neighbouring=("replace_one", "add_remove"),
+        ranges={"iterations": (2, None), "residual_clip": (0, None, True), "declared_size": (1, None)},
     ),
     "output_perturbation": MethodSpec(
         summary="output perturbation of the l2-regularised minimiser (Chaudhuri et al. 2011)",
@@ -331,8 +332,9 @@ def minimize(
         The neighbouring relation the guarantee is stated under (default: the ``accountant``'s,
         else ``"replace_one"``, dpopt's ERM convention).  Under ``"add_remove"`` the data's size is
         private, so only methods with a declared Poisson ``sampling_rate`` (the DP gradient
-        methods) qualify, and ``method="auto"`` is DP-SGD with public hyper-parameters (see
-        ``declared_size``).
+        methods) or normalised by ``declared_size`` (``dp_frank_wolfe``) qualify, and
+        ``method="auto"`` is ``dp_frank_wolfe`` for vertex polytopes (l1 ball, simplex, ``Polytope``)
+        and DP-SGD otherwise, with public hyper-parameters (see ``declared_size``).
     declared_size : int, optional
         Under ``"add_remove"``: a public, declared dataset size N (not read from the data) from
         which the DP gradient methods' unset options are derived: expected batch ``m = round(√N)``,
@@ -340,7 +342,8 @@ def minimize(
         ``1/(4L)`` with L the declared per-example smoothness (= the textbook learning rate 1 for
         the logistic loss at feature norm 1), clipping at the declared gradient bound.  A wrong
         N costs accuracy, never privacy.  Pass ``sampling_rate=`` and ``batch_size=`` instead to
-        choose them yourself.
+        choose them yourself.  ``dp_frank_wolfe`` normalises its scores by N (sensitivity
+        ``min(‖C‖₁L_∞, ‖C‖₂L₂)/N``, half the replace-one one) and plans its steps from N.
     **options
         Method-specific options (step sizes, potential, batch size, ...), documented in each
         method's function (``dpopt.solvers.<function>``, listed by ``method_spec(name).target``).
@@ -392,8 +395,12 @@ def minimize(
         raise InvalidParameterError("method: expected a method name (a string); see available_methods()")
     rel = accountant.neighbouring if isinstance(accountant, Accountant) else None
     relation = _relation(neighbouring, rel, declared_size)
-    if relation == "add_remove":
-        name = "dp_sgd" if method == "auto" else _ALIASES.get(method, method)
+    if relation == "add_remove":  # vertex polytopes: Frank-Wolfe normalised by the declared size
+        name = (
+            ("dp_frank_wolfe" if isinstance(problem.constraint, VertexSet) else "dp_sgd")
+            if method == "auto"
+            else _ALIASES.get(method, method)
+        )
     else:
         name = _auto_method(problem) if method == "auto" else _ALIASES.get(method, method)
     spec = method_spec(name)
@@ -462,11 +469,22 @@ def _add_remove_options(
     declared_size: int | None,
 ) -> tuple[dict[str, Any], int | None]:
     """DP-SGD's unset options under add/remove, from the declared size and bounds only (never the data's n)."""
+    if "add_remove" in spec.neighbouring and "declared_size" in spec.options():
+        # methods normalised by the declared size itself (dp_frank_wolfe)
+        if declared_size is None and options.get("declared_size") is None:
+            raise InvalidParameterError(
+                f"neighbouring='add_remove': the data's size is private; method {name!r} needs declared_size= "
+                "(a public dataset size)"
+            )
+        if declared_size is not None:
+            options["declared_size"] = declared_size
+        return options, max_iter
     if "add_remove" not in spec.neighbouring or "sampling_rate" not in spec.options():
         ok = sorted(
             k
             for k, s in _METHODS.items()
-            if "add_remove" in s.neighbouring and "sampling_rate" in s.options()
+            if "add_remove" in s.neighbouring
+            and ("sampling_rate" in s.options() or "declared_size" in s.options())
         )
         raise InvalidParameterError(
             f"neighbouring: method {name!r} is analysed under neighbouring='replace_one' only (it uses the data's "
