@@ -324,3 +324,16 @@ def test_ray_actor_killed_mid_run_is_recovered(
         assert stopped and res.n_recoveries == 1 and "did not answer within 3 s" in res.message
         _same(reference, res)
     assert not ray.is_initialized()
+
+
+@pytest.mark.slow  # the issue's 2M-rating case: ~10 CPU s per run
+@pytest.mark.parametrize("n_shards", [1, 2])
+def test_the_issue_stall_on_2m_ratings_is_rescued(n_shards: int) -> None:
+    s = make_low_rank_ratings(20_000, 10_000, 10, 0.01, rng=0, noise_std=0.5)
+    r = Ratings(rows=s.rows, cols=s.cols, values=s.values + 3.5, shape=s.shape, name="shifted")
+    p = MatrixFactorizationProblem(r, 10, l2=1e-6)
+    res = hamsi_distributed(p, n_shards, max_iter=80, rng=0, init_scale=1.0)
+    # docs/mf_peers.md: 2 shards stalled at 3.03 (rescued after iteration 18, then 0.544); 1 shard
+    # does not stall and is not rescued (0.545)
+    assert res.options["n_rescues"] == (1 if n_shards == 2 else 0)
+    assert res.rmse < 0.56
