@@ -290,6 +290,161 @@ def als_sweeps(
     return U_, V_
 
 
+def _start(
+    problem: MatrixFactorizationProblem,
+    init: tuple[Any, ...] | None,
+    init_scale: float | Literal["spectral"] | None,
+    spectral_power: int,
+    rng: RNGLike,
+) -> tuple[Float, Float]:
+    """The starting working factors of :func:`als` and :func:`als_distributed` (stream ``"init"``)."""
+    from dpopt.solvers.hamsi._execution import _initial_point
+
+    spectral_power = check_int(spectral_power, "spectral_power", minimum=0)
+    gen = as_generator(spawn(rng, ["init", "schedule", "partition"])[0])  # the same init stream as hamsi's
+    if init is None and isinstance(init_scale, str):
+        if init_scale != "spectral":
+            raise InvalidParameterError("init_scale: expected a positive number, None or 'spectral'")
+        U, V = problem.spectral_factors(rng=gen, n_power=spectral_power)
+        if problem.bias:
+            U, V = problem.augment(U, V)
+    else:
+        U, V = (np.array(a) for a in problem.unpack(_initial_point(problem, init, init_scale, gen)))
+    return U, V
+
+
+class _Monitor:
+    """History, best value and stopping rule of an ALS run (shared by :func:`als` and
+    :func:`als_distributed`): the monitored value is the validation RMSE with ``early_stopping``,
+    else the objective."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_iter: int,
+        tol: float,
+        patience: int,
+        time_budget: float | None,
+        test: Ratings | None,
+        early_stopping: bool,
+        callback: Callback | None,
+    ) -> None:
+        self.name = name
+        self.max_iter = check_int(max_iter, "max_iter", minimum=0)
+        self.tol = check_nonneg(tol, "tol")
+        self.patience = check_int(patience, "patience", minimum=1)
+        self.budget = None if time_budget is None else check_positive(time_budget, "time_budget")
+        if early_stopping and test is None:
+            raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
+        self.early_stopping = early_stopping
+        self.callback = callback
+        self.hist_t: list[float] = []
+        self.hist_e: list[int] = []
+        self.hist_r: list[float] = []
+        self.hist_te: list[float] = []
+        self.best = math.inf
+        self.best_x: tuple[Float, Float] | None = None
+        self.stale = 0
+        self.status, self.message = "max_iter", ""
+
+    def record(
+        self, sweep: int, elapsed: float, rmse: float, test_rmse: float | None, objective: float, U: Float, V: Float
+    ) -> None:
+        """Append one point of the history (``sweep = 0``: the start) and track the best value."""
+        self.hist_t.append(elapsed)
+        self.hist_e.append(sweep)
+        self.hist_r.append(rmse)
+        if test_rmse is not None:
+            self.hist_te.append(test_rmse)
+        value = self.hist_te[-1] if self.early_stopping else objective
+        if sweep == 0:
+            self.best = value
+            self.best_x = (U.copy(), V.copy()) if self.early_stopping else None
+            return
+        self.stale = 0 if value < (1.0 - self.tol) * self.best else self.stale + 1
+        if value < self.best:
+            self.best = value
+            if self.best_x is not None:
+                self.best_x[0][:], self.best_x[1][:] = U, V
+
+    def fail(self, message: str) -> None:
+        self.status, self.message = "failed", f"{self.name}: {message}"
+
+    def should_stop(self, sweep: int, elapsed: float) -> bool:
+        """The stopping rule after sweep ``sweep`` (sets the status and message)."""
+        if self.tol > 0 and self.stale >= self.patience:
+            what = "validation RMSE" if self.early_stopping else "objective"
+            self.status = "converged"
+            self.message = (
+                f"{self.name}: converged after {sweep} sweeps ({what} improved by less than tol={self.tol:g} "
+                f"(relative) in {self.patience} sweeps)"
+            )
+            return True
+        if self.budget is not None and elapsed >= self.budget:
+            self.status = "max_time"
+            return True
+        if notify(self.callback, sweep, rmse=self.hist_r[-1], elapsed=elapsed):
+            self.status = "stopped"
+            return True
+        return False
+
+    def result(
+        self,
+        problem: MatrixFactorizationProblem,
+        U: Float,
+        V: Float,
+        *,
+        sweep: int,
+        elapsed: float,
+        scheme: str,
+        n_threads: int,
+        options: dict[str, Any],
+        setup_time: float,
+        eval_time: float,
+    ) -> HamsiResult:
+        """The run's result; with early stopping, the best-validation factors."""
+        if self.best_x is not None and self.hist_te and self.hist_te[-1] > self.best:
+            U, V = self.best_x
+            t = time.perf_counter()
+            self.hist_t.append(elapsed)
+            self.hist_e.append(sweep)
+            self.hist_r.append(problem.rmse(U, V))
+            self.hist_te.append(self.best)
+            eval_time += time.perf_counter() - t
+        U_out, V_out, row_bias, col_bias = problem.split(U, V)
+        opts = {"tol": self.tol, "patience": self.patience, "l2": problem.l2, "l2_bias": problem.l2_bias,
+                "scaling": problem.scaling, "rank": problem.rank, **options}  # fmt: skip
+        return HamsiResult(
+            U=U_out,
+            V=V_out,
+            method="als",
+            scheme=scheme,
+            schedule="det",
+            status=self.status,
+            n_epochs=sweep,
+            n_steps=2 * sweep,
+            history_time=np.asarray(self.hist_t),
+            history_epoch=np.asarray(self.hist_e, dtype=np.int64),
+            history_rmse=np.asarray(self.hist_r),
+            history_test_rmse=np.asarray(self.hist_te) if self.hist_te else None,
+            timings=MappingProxyType({"update": elapsed}),
+            n_pairs_accepted=0,
+            n_pairs_rejected=0,
+            n_restarts=0,
+            n_threads=n_threads,
+            partition_balance=MappingProxyType({}),
+            options=MappingProxyType(opts),
+            message=self.message or f"{self.name}: {sweep} sweeps ({self.status})",
+            row_bias=row_bias,
+            col_bias=col_bias,
+            offset=float(problem.offset or 0.0),
+            setup_time=setup_time,
+            eval_time=eval_time,
+        )
+
+
+
 def als(
     problem: MatrixFactorizationProblem,
     *,
@@ -362,127 +517,51 @@ def als(
     >>> res.status, res.rmse < 0.15  # noise 0.1
     ('converged', True)
     """
-    from dpopt.solvers.hamsi._execution import _initial_point
-
-    max_iter = check_int(max_iter, "max_iter", minimum=0)
-    tol = check_nonneg(tol, "tol")
-    patience = check_int(patience, "patience", minimum=1)
-    budget = None if time_budget is None else check_positive(time_budget, "time_budget")
+    mon = _Monitor(
+        "als", max_iter=max_iter, tol=tol, patience=patience, time_budget=time_budget, test=test,
+        early_stopping=early_stopping, callback=callback,
+    )  # fmt: skip
     n_threads = check_int(n_threads, "n_threads")
-    if early_stopping and test is None:
-        raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
     t_setup = time.perf_counter()
     warmup()
-    spectral_power = check_int(spectral_power, "spectral_power", minimum=0)
-    gen = as_generator(spawn(rng, ["init", "schedule", "partition"])[0])  # the same init stream as hamsi's
-    if init is None and isinstance(init_scale, str):
-        if init_scale != "spectral":
-            raise InvalidParameterError("init_scale: expected a positive number, None or 'spectral'")
-        U, V = problem.spectral_factors(rng=gen, n_power=spectral_power)
-        if problem.bias:
-            U, V = problem.augment(U, V)
-    else:
-        x = _initial_point(problem, init, init_scale, gen)
-        U, V = (np.array(a) for a in problem.unpack(x))
+    U, V = _start(problem, init, init_scale, spectral_power, rng)
     sw = _Sweeper(problem, n_threads)
     n = problem.n_ratings
     setup_time = time.perf_counter() - t_setup
 
-    eval_time = 0.0
     test_rmse: Callable[[Float, Float], float] | None = problem.evaluator(test) if test is not None else None
-    hist_t: list[float] = [0.0]
-    hist_e: list[int] = [0]
     t0 = time.perf_counter()
     sse0 = problem.sse(U, V)
-    hist_r: list[float] = [math.sqrt(sse0 / n)]
-    hist_te: list[float] = [test_rmse(U, V)] if test_rmse is not None else []
-    eval_time += time.perf_counter() - t0
-    mon_best = hist_te[0] if early_stopping else _objective_als(problem, sw.sides, U, V, sse0)
-    best_x: tuple[Float, Float] | None = (U.copy(), V.copy()) if early_stopping else None
-    stale = 0
-    status, message = "max_iter", ""
+    mon.record(
+        0, 0.0, math.sqrt(sse0 / n), test_rmse(U, V) if test_rmse is not None else None,
+        math.nan if early_stopping else _objective_als(problem, sw.sides, U, V, sse0), U, V,
+    )  # fmt: skip
+    eval_time = time.perf_counter() - t0
     elapsed = 0.0
     sweep = 0
     try:
-        while sweep < max_iter:
+        while sweep < mon.max_iter:
             t1 = time.perf_counter()
             sse = sw.sweep(U, V)
             elapsed += time.perf_counter() - t1
             sweep += 1
             t2 = time.perf_counter()
             if not (math.isfinite(sse) and np.isfinite(U).all() and np.isfinite(V).all()):
-                status, message = "failed", "als: non-finite factors (check the ratings and the ridge weight)"
+                mon.fail("non-finite factors (check the ratings and the ridge weight)")
                 break
-            hist_t.append(elapsed)
-            hist_e.append(sweep)
-            hist_r.append(math.sqrt(sse / n))
-            if test_rmse is not None:
-                hist_te.append(test_rmse(U, V))
-            value = hist_te[-1] if early_stopping else _objective_als(problem, sw.sides, U, V, sse)
-            if value < (1.0 - tol) * mon_best:
-                stale = 0
-            else:
-                stale += 1
-            if value < mon_best:
-                mon_best = value
-                if best_x is not None:
-                    best_x[0][:] = U
-                    best_x[1][:] = V
+            mon.record(
+                sweep, elapsed, math.sqrt(sse / n), test_rmse(U, V) if test_rmse is not None else None,
+                math.nan if early_stopping else _objective_als(problem, sw.sides, U, V, sse), U, V,
+            )  # fmt: skip
             eval_time += time.perf_counter() - t2
-            if tol > 0 and stale >= patience:
-                status = "converged"
-                what = "validation RMSE" if early_stopping else "objective"
-                message = (
-                    f"als: converged after {sweep} sweeps ({what} improved by less than tol={tol:g} "
-                    f"(relative) in {patience} sweeps)"
-                )
-                break
-            if budget is not None and elapsed >= budget:
-                status = "max_time"
-                break
-            if notify(callback, sweep, rmse=hist_r[-1], elapsed=elapsed):
-                status = "stopped"
+            if mon.should_stop(sweep, elapsed):
                 break
     finally:
         sw.close()
-    if best_x is not None and hist_te and hist_te[-1] > mon_best:
-        U, V = best_x  # early stopping hands back the best-validation factors
-        t2 = time.perf_counter()
-        hist_t.append(elapsed)
-        hist_e.append(sweep)
-        hist_r.append(problem.rmse(U, V))
-        hist_te.append(mon_best)
-        eval_time += time.perf_counter() - t2
-    U_out, V_out, row_bias, col_bias = problem.split(U, V)
-    options = {"tol": tol, "patience": patience, "l2": problem.l2, "l2_bias": problem.l2_bias,
-               "scaling": problem.scaling, "rank": problem.rank}  # fmt: skip
-    return HamsiResult(
-        U=U_out,
-        V=V_out,
-        method="als",
-        scheme="full",
-        schedule="det",
-        status=status,
-        n_epochs=sweep,
-        n_steps=2 * sweep,
-        history_time=np.asarray(hist_t),
-        history_epoch=np.asarray(hist_e, dtype=np.int64),
-        history_rmse=np.asarray(hist_r),
-        history_test_rmse=np.asarray(hist_te) if test is not None else None,
-        timings=MappingProxyType({"update": elapsed}),
-        n_pairs_accepted=0,
-        n_pairs_rejected=0,
-        n_restarts=0,
-        n_threads=n_threads,
-        partition_balance=MappingProxyType({}),
-        options=MappingProxyType(options),
-        message=message or f"als: {sweep} sweeps ({status})",
-        row_bias=row_bias,
-        col_bias=col_bias,
-        offset=float(problem.offset or 0.0),
-        setup_time=setup_time,
-        eval_time=eval_time,
-    )
+    return mon.result(
+        problem, U, V, sweep=sweep, elapsed=elapsed, scheme="full", n_threads=n_threads, options={},
+        setup_time=setup_time, eval_time=eval_time,
+    )  # fmt: skip
 
 
 # ============================================================================ distributed (engines)
@@ -631,33 +710,21 @@ def als_distributed(
     """
     from dpopt.distributed.engines import Engine, make_engine
     from dpopt.matrix_factorization import MatrixFactorizationProblem
-    from dpopt.solvers.hamsi._execution import _initial_point
 
     if not isinstance(problem, MatrixFactorizationProblem):
         raise InvalidParameterError(
             "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
         )
     P = check_int(n_shards, "n_shards")
-    max_iter = check_int(max_iter, "max_iter", minimum=0)
-    tol = check_nonneg(tol, "tol")
-    patience = check_int(patience, "patience", minimum=1)
-    budget = None if time_budget is None else check_positive(time_budget, "time_budget")
-    if early_stopping and test is None:
-        raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
+    mon = _Monitor(
+        "als_distributed", max_iter=max_iter, tol=tol, patience=patience, time_budget=time_budget, test=test,
+        early_stopping=early_stopping, callback=callback,
+    )  # fmt: skip
     if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
         raise InvalidParameterError(f"test: expected a Ratings of shape {problem.shape} (same users and items)")
     t_setup = time.perf_counter()
     warmup()
-    spectral_power = check_int(spectral_power, "spectral_power", minimum=0)
-    gen = as_generator(spawn(rng, ["init", "schedule", "partition"])[0])  # als's init stream
-    if init is None and isinstance(init_scale, str):
-        if init_scale != "spectral":
-            raise InvalidParameterError("init_scale: expected a positive number, None or 'spectral'")
-        U, V = problem.spectral_factors(rng=gen, n_power=spectral_power)
-        if problem.bias:
-            U, V = problem.augment(U, V)
-    else:
-        U, V = (np.array(a) for a in problem.unpack(_initial_point(problem, init, init_scale, gen)))
+    U, V = _start(problem, init, init_scale, spectral_power, rng)
     U, V = np.ascontiguousarray(U, dtype=np.float64), np.ascontiguousarray(V, dtype=np.float64)
     sides = _Sides(problem)
     rp, ri, rv = sides.by_row
@@ -693,21 +760,14 @@ def als_distributed(
             U[rc[r] : rc[r + 1]] = Ur
             V[cc[r] : cc[r + 1]] = Vr
 
+    mon.record(0, 0.0, math.sqrt(sse0 / n), test_rmse(U, V) if test_rmse is not None else None, objective0, U, V)
     eval_time = 0.0
-    hist_t: list[float] = [0.0]
-    hist_e: list[int] = [0]
-    hist_r: list[float] = [math.sqrt(sse0 / n)]
-    hist_te: list[float] = [test_rmse(U, V)] if test_rmse is not None else []
-    mon_best = hist_te[0] if early_stopping else objective0
-    best_x: tuple[Float, Float] | None = (U.copy(), V.copy()) if early_stopping else None
-    stale = 0
-    status, message = "max_iter", ""
     elapsed = 0.0
     sweep = 0
     try:
         eng.start(_make_als_shard, specs, [list(range(P))] * P)
         setup_time = time.perf_counter() - t_setup
-        while sweep < max_iter:
+        while sweep < mon.max_iter:
             t1 = time.perf_counter()
             eng.step(2 * sweep)
             diags = eng.step(2 * sweep + 1)
@@ -716,73 +776,23 @@ def als_distributed(
             t2 = time.perf_counter()
             sse = math.fsum(d["sse"] for d in diags)
             if not (math.isfinite(sse) and all(d["finite"] for d in diags)):
-                status, message = "failed", "als_distributed: non-finite factors (check the ratings and the ridge)"
+                mon.fail("non-finite factors (check the ratings and the ridge)")
                 break
-            hist_t.append(elapsed)
-            hist_e.append(sweep)
-            hist_r.append(math.sqrt(sse / n))
             if test_rmse is not None:
                 gather()
-                hist_te.append(test_rmse(U, V))
-            value = hist_te[-1] if early_stopping else sse + math.fsum(d["ridge"] for d in diags)
-            stale = 0 if value < (1.0 - tol) * mon_best else stale + 1
-            if value < mon_best:
-                mon_best = value
-                if best_x is not None:
-                    best_x[0][:], best_x[1][:] = U, V
+            mon.record(
+                sweep, elapsed, math.sqrt(sse / n), test_rmse(U, V) if test_rmse is not None else None,
+                sse + math.fsum(d["ridge"] for d in diags), U, V,
+            )  # fmt: skip
             eval_time += time.perf_counter() - t2
-            if tol > 0 and stale >= patience:
-                status = "converged"
-                what = "validation RMSE" if early_stopping else "objective"
-                message = (
-                    f"als_distributed: converged after {sweep} sweeps ({what} improved by less than "
-                    f"tol={tol:g} (relative) in {patience} sweeps)"
-                )
+            if mon.should_stop(sweep, elapsed):
                 break
-            if budget is not None and elapsed >= budget:
-                status = "max_time"
-                break
-            if notify(callback, sweep, rmse=hist_r[-1], elapsed=elapsed):
-                status = "stopped"
-                break
-        if status != "failed":
+        if mon.status != "failed":
             gather()
     finally:
         if own:
             eng.close()
-    if best_x is not None and hist_te and hist_te[-1] > mon_best:
-        U, V = best_x
-        hist_t.append(elapsed)
-        hist_e.append(sweep)
-        hist_r.append(problem.rmse(U, V))
-        hist_te.append(mon_best)
-    U_out, V_out, row_bias, col_bias = problem.split(U, V)
-    options = {"tol": tol, "patience": patience, "l2": problem.l2, "l2_bias": problem.l2_bias,
-               "scaling": problem.scaling, "rank": problem.rank, "n_shards": P, "engine": eng.name}  # fmt: skip
-    return HamsiResult(
-        U=U_out,
-        V=V_out,
-        method="als",
-        scheme=f"shards/{eng.name}",
-        schedule="det",
-        status=status,
-        n_epochs=sweep,
-        n_steps=2 * sweep,
-        history_time=np.asarray(hist_t),
-        history_epoch=np.asarray(hist_e, dtype=np.int64),
-        history_rmse=np.asarray(hist_r),
-        history_test_rmse=np.asarray(hist_te) if test is not None else None,
-        timings=MappingProxyType({"update": elapsed}),
-        n_pairs_accepted=0,
-        n_pairs_rejected=0,
-        n_restarts=0,
-        n_threads=P,
-        partition_balance=MappingProxyType({}),
-        options=MappingProxyType(options),
-        message=message or f"als_distributed: {sweep} sweeps ({status})",
-        row_bias=row_bias,
-        col_bias=col_bias,
-        offset=float(problem.offset or 0.0),
-        setup_time=setup_time,
-        eval_time=eval_time,
-    )
+    return mon.result(
+        problem, U, V, sweep=sweep, elapsed=elapsed, scheme=f"shards/{eng.name}", n_threads=P,
+        options={"n_shards": P, "engine": eng.name}, setup_time=setup_time, eval_time=eval_time,
+    )  # fmt: skip
