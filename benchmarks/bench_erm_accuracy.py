@@ -219,9 +219,16 @@ def fit_method(
 ) -> dict[str, Any]:
     Xtr, ytr, Xte, yte = data
     X = Xtr if _is_lasso(task) else _augment(Xtr)
+    add_remove = name.endswith(AR_SUFFIX)  # under add/remove, the published training size declared
+    name = name.removesuffix(AR_SUFFIX)
     prob = _problem(task, name, Xtr.shape[1])
-    res = minimize(prob, X, ytr, method=name, budget=Budget(eps, delta), rng=seed)
+    extra: dict[str, Any] = {"neighbouring": "add_remove", "declared_size": len(ytr)} if add_remove else {}
+    res = minimize(prob, X, ytr, method=name, budget=Budget(eps, delta), rng=seed, **extra)
     return {"metric": _score(task, res.solution, Xte, yte), "solver": name, "eps_spent": res.privacy.epsilon}
+
+
+#: ``<method>@ar``: a registered method under add/remove (``--ar-method-seeds``)
+AR_SUFFIX = "@ar"
 
 
 def _dpsgd_sigma(q: float, steps: int, eps: float, delta: float, relation: str) -> float:
@@ -370,6 +377,10 @@ def plan(args: argparse.Namespace) -> Iterator[tuple[str, str, float, float, int
                 if seed < args.method_seeds and not args.defaults_only:
                     for m in methods:
                         yield task, m, eps, DELTA, seed
+                if seed < args.ar_method_seeds:
+                    for m in methods:
+                        if "add_remove" in method_spec(m).neighbouring:
+                            yield task, m + AR_SUFFIX, eps, DELTA, seed
 
 
 def run(args: argparse.Namespace) -> None:
@@ -377,6 +388,15 @@ def run(args: argparse.Namespace) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {_key(r) for r in load_records(out)}
     todo = [j for j in plan(args) if (j[0], j[1], float(j[2]), float(j[3]), j[4]) not in done]
+    if args.competitors:  # e.g. only the defaults and textbook DP-SGD (the δ > 0 rows)
+        keep = set(args.competitors.split(","))
+        todo = [
+            j
+            for j in todo
+            if (j[1] in keep or (j[1].endswith(AR_SUFFIX) and AR_SUFFIX in keep)) and (j[3] > 0 or "pure" in keep)
+        ]
+    if args.seed_major:  # every ε at seed 0, then seed 1, ...: a run cut short covers every ε
+        todo.sort(key=lambda j: (j[0], j[4]))
     prog = _progress(len(todo))
     cache: dict[tuple[str, int], tuple[np.ndarray, ...]] = {}
     with open(out, "a") as fh:
@@ -505,6 +525,7 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
                     and not name.startswith("default")
                     and name != "dpsgd_ar"  # add/remove: not the default's relation (like with like)
                     and name not in itself[e]
+                    and not name.endswith(AR_SUFFIX)
                     and e in v
                     and (dl > 0) == (delta > 0)
                 ]
@@ -520,6 +541,14 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
             cells = [f"ε={e:g}: {np.mean(by[ar][e]) / np.mean(by[tb][e]):.3f}" for e in epsilons
                      if by[ar].get(e) and by[tb].get(e)]  # fmt: skip
             lines.append("\nratio default_ar / dpsgd_ar (add/remove): " + " | ".join(cells))
+            cells = []
+            for e in epsilons:  # add/remove, like with like: the best of dpsgd_ar and every <method>@ar
+                comp = [(np.mean(v[e]), name) for (t, name, dl), v in by.items()
+                        if t == task and (name == "dpsgd_ar" or name.endswith(AR_SUFFIX)) and e in v]  # fmt: skip
+                if by[ar].get(e) and comp:
+                    best, who = min(comp) if lower else max(comp)
+                    cells.append(f"ε={e:g}: {np.mean(by[ar][e]) / best:.3f} ({who})")
+            lines.append("\nratio default_ar / best add/remove competitor: " + " | ".join(cells))
     return "\n".join(lines)
 
 
@@ -572,6 +601,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--methods", default="", help="comma-separated registered methods (default: all)")
     ap.add_argument("--methods-only", action="store_true", help="fit only the registered methods")
     ap.add_argument("--defaults-only", action="store_true", help="fit everything but the registered methods")
+    ap.add_argument(
+        "--competitors", default="", help="comma-separated competitors to fit (default: all; 'pure' keeps δ = 0)"
+    )
+    ap.add_argument("--ar-method-seeds", type=int, default=0, help="seeds for every method under add/remove")
+    ap.add_argument("--seed-major", action="store_true", help="fit seed by seed (every ε per seed)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "erm_accuracy.jsonl"))
     ap.add_argument("--diffprivlib-python", default="", help="interpreter with diffprivlib installed")
     ap.add_argument("--plot", default="", help="write accuracy-vs-ε plots (PNG) from the records")
