@@ -140,7 +140,7 @@ def test_estimators_share_one_accountant_across_clones() -> None:
         cross_val_score(est, X, y, cv=2)
     assert len(acct.ledger) == 2  # both folds' fits are in the one ledger
     with pytest.raises(BudgetExceededError):
-        for _ in range(5):
+        for _ in range(40):  # PLD composition of the DP-SGD fits is tight: it takes a few more than 3
             clone(est).fit(X, y)
     assert acct.epsilon() <= 3.0 * (1 + 1e-9)
 
