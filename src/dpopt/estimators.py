@@ -155,7 +155,9 @@ class _DPLinearModel(BaseEstimator):
         max_iter = None
         try:
             relation = self._relation_options()
-            if self.solver == "auto" and method == "dp_sgd" and "declared_size" not in relation:
+            acct_rel = getattr(self.accountant, "neighbouring", None)
+            add_remove = (relation.get("neighbouring") or acct_rel) == "add_remove"
+            if self.solver == "auto" and method == "dp_sgd" and not add_remove:
                 # replace-one (n public): the same public DP-SGD rule as minimize(method="auto")
                 shape = np.empty((0, dim))  # the augmented column count, public
                 options, max_iter = default_sgd_options(method, problem, shape, options, None, X.shape[0])
