@@ -507,10 +507,11 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
         # (the default is analysed under replace-one; dpsgd_ar is shown in the table for reference)
         # the method(s) the default resolved to are the default itself, not a competitor
         # (per ε: the default's rule switches methods with ε)
-        itself: dict[float, set[Any]] = defaultdict(set)
+        # (and per δ family: the pure-ε default's method is not the δ > 0 default's)
+        itself: dict[tuple[float, bool], set[Any]] = defaultdict(set)
         for r in records:
             if r["task"] == task and r["competitor"] == "default":
-                itself[float(r["eps"])].add(r.get("solver"))
+                itself[(float(r["eps"]), r["delta"] > 0)].add(r.get("solver"))
         for delta, pool in ((DELTA, "δ > 0"), (0.0, "pure ε")):
             dkey = (task, "default" if delta > 0 else "default (pure ε)", delta)
             if dkey not in by:
@@ -524,7 +525,7 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
                     if t == task
                     and not name.startswith("default")
                     and name != "dpsgd_ar"  # add/remove: not the default's relation (like with like)
-                    and name not in itself[e]
+                    and name not in itself[(e, delta > 0)]
                     and not name.endswith(AR_SUFFIX)
                     and e in v
                     and (dl > 0) == (delta > 0)
@@ -625,7 +626,7 @@ def main(argv: list[str] | None = None) -> None:
     records = [
         r
         for r in load_records(Path(args.out))
-        if float(r["eps"]) in set(args.epsilons) and r["seed"] < args.seeds
+        if float(r["eps"]) in set(args.epsilons) and r["seed"] < args.seeds and r["task"] in args.tasks.split(",")
     ]
     print(summarize(records, tuple(args.epsilons)))
     if args.plot:
