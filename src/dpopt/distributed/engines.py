@@ -79,6 +79,7 @@ __all__ = [
     "RayEngine",
     "ShardProgram",
     "make_engine",
+    "make_shard_engine",
     "ray_available",
 ]
 
@@ -869,3 +870,13 @@ def make_engine(engine: str | Engine = "inprocess", **options: Any) -> Engine:
     if engine == "ray":
         return RayEngine(**options)
     raise InvalidParameterError(f"engine: must be one of {ENGINES} or an Engine instance")
+
+
+def make_shard_engine(engine: str | Engine, n_shards: int) -> tuple[Engine, bool]:
+    """An engine with one worker per shard (a name) or the caller's instance as is, and whether
+    the caller owns it (must close it): ``True`` for a name, ``False`` for an instance."""
+    if isinstance(engine, Engine):
+        return engine, False
+    per_shard = {"processes": {"n_workers": n_shards}, "ray": {"n_actors": n_shards}}
+    options = per_shard.get(engine, {}) if isinstance(engine, str) else {}
+    return make_engine(engine, **options), True

@@ -708,7 +708,7 @@ def als_distributed(
     >>> res.status, res.scheme, bool(abs(res.rmse - als(p, rng=0).rmse) < 1e-9)
     ('converged', 'shards/inprocess', True)
     """
-    from dpopt.distributed.engines import Engine, make_engine
+    from dpopt.distributed.engines import make_shard_engine
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
     if not isinstance(problem, MatrixFactorizationProblem):
@@ -747,12 +747,7 @@ def als_distributed(
     sse0 = problem.sse(U, V)
     objective0 = _objective_als(problem, sides, U, V, sse0)
     del sides, rp, ri, rv, cp, ci, cv  # the shards hold the ratings from here on
-    if isinstance(engine, str):
-        engine_options = {"processes": {"n_workers": P}, "ray": {"n_actors": P}}.get(engine, {})
-        eng = make_engine(engine, **engine_options)
-    else:
-        eng = make_engine(engine)
-    own = not isinstance(engine, Engine)
+    eng, own = make_shard_engine(engine, P)
     test_rmse: Callable[[Float, Float], float] | None = problem.evaluator(test) if test is not None else None
 
     def gather() -> None:

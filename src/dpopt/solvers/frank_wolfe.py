@@ -53,7 +53,6 @@ from dpopt.solvers.minimize import (
     BudgetLike,
     check_accountant,
     check_calibration,
-    commit_privacy,
     gaussian_sigma_for_steps,
     nonprivate_diagnostics,
     parse_budget,
@@ -345,19 +344,9 @@ def private_frank_wolfe(
                 event = RepeatedEvent(GaussianEvent(scale, sens), steps)
 
     # ---- budget first
-    if declared_size is None:
-        privacy = commit_privacy(
-            event, budget=bud, kind=kind, accountant=acct, label=f"frank-wolfe-{variant}"
-        )
-    else:
-        privacy = commit(
-            event,
-            budget=bud,
-            neighbouring="add_remove",
-            kind=kind,
-            accountant=acct,
-            label=f"frank-wolfe-{variant}",
-        )
+    privacy = commit(
+        event, budget=bud, neighbouring=relation, kind=kind, accountant=acct, label=f"frank-wolfe-{variant}"
+    )
     gen = check_rng(rng)
 
     if variant == "polytope":

@@ -411,7 +411,7 @@ def hamsi_distributed(
     >>> res.scheme, res.n_epochs, bool(res.rmse < res.history_rmse[0])
     ('strata-b/inprocess', 30, True)
     """
-    from dpopt.distributed.engines import Engine, EngineError, make_engine
+    from dpopt.distributed.engines import EngineError, make_shard_engine
     from dpopt.distributed.partition import strata_b
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
@@ -527,12 +527,7 @@ def hamsi_distributed(
                 reg_V=problem._reg_V if problem.bias else None,
             )
         )
-    if isinstance(engine, str):
-        engine_options = {"processes": {"n_workers": P}, "ray": {"n_actors": P}}.get(engine, {})
-        eng = make_engine(engine, **engine_options)
-    else:
-        eng = make_engine(engine)
-    own = not isinstance(engine, Engine)
+    eng, own = make_shard_engine(engine, P)
     timings = {"gradient": 0.0, "update": 0.0, "hessian": 0.0}
     phase_name = ("gradient", "hessian", "update")
     hist_t: list[float] = []
