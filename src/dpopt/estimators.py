@@ -31,11 +31,17 @@ from dpopt._validation import (
     check_probability,
     numeric_or_refuse,
 )
-from dpopt.accounting import Accountant, Budget
+from dpopt.accounting import Accountant, Budget, Neighbouring
 from dpopt.exceptions import DPOptError, InvalidParameterError, MissingDataBoundsError
 from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball
 from dpopt.solvers import OptimizeResult, minimize
 from dpopt.solvers.minimize import default_sgd_options, logistic_sgd_by_default
+from dpopt.solvers.private_selection import (
+    Candidate,
+    clipped_squared_error,
+    private_selection,
+    squared_error_sensitivity,
+)
 
 __all__ = ["DPLasso", "DPLinearRegression", "DPLogisticRegression"]
 
@@ -65,6 +71,28 @@ AUTO_LINEAR_PURE_OP_EPSILON_N = 25.0
 #: of radius ``max_norm``.  Same validation draws: Frank-Wolfe ahead of or tied with AdaSSP at
 #: ε·n/(d·B₂²) <= 0.7 except d = 20, ε = 0.1 (0.246 vs 0.236), AdaSSP ahead at 1.0 (d = 20).
 AUTO_LINEAR_SSP_EPSILON_N = 1.0
+#: ``DPLinearRegression(solver="auto")`` with δ > 0, ε·n/√d >= :data:`AUTO_LINEAR_MAG_EPSILON_N_SQRT_D`
+#: (where ``dp_mag`` used to be the default) and d >= :data:`AUTO_LINEAR_SELECT_MIN_DIM`: a paid
+#: private selection between ``dp_frank_wolfe`` over the l1 ball (wins on sparse targets) and
+#: ``dp_mag`` over the l2 ball (wins on dense ones); no public feature tells them apart
+#: (:mod:`dpopt.solvers.private_selection`).
+AUTO_LINEAR_SELECT = "select(dp_frank_wolfe,dp_mag)"
+#: The selection is used from this many columns d (counting the intercept) on; below it ``dp_mag``
+#: alone, as before.  On the validation draws (docs/erm_accuracy.md) Frank-Wolfe won by at most 10 %
+#: at d = 20 and 50 on sparse targets while dp_mag won by up to 10x on dense ones, so splitting the
+#: budget only cost accuracy there; at d = 200 the selection lost 1.4-1.9x on dense targets at
+#: ε = 1-2 for a 1.2-1.6x gain on sparse ones; at d = 500 Frank-Wolfe won by 2-4x on sparse targets.
+#: 300 lies between the last design where the selection did not pay (200) and the first where it did.
+AUTO_LINEAR_SELECT_MIN_DIM = 300
+#: Shares of ε of the two candidates and of the selection (before the common PLD scale-up) and the
+#: candidates' shares of δ.  Chosen on validation draws (docs/erm_accuracy.md, "Linear regression:
+#: private selection").
+LINEAR_SELECT_SHARES = (0.45, 0.45)
+LINEAR_SELECT_SELECTION_SHARE = 0.1
+LINEAR_SELECT_DELTA_SHARES = (0.5, 0.5)
+#: Cap τ of the selection score's residual (as a fraction of the declared label bound): the score is
+#: Σ min((clip(x·θ, ±Y) - y)², τ²), of sensitivity τ².
+LINEAR_SELECT_RESIDUAL_CLIP = 0.5
 #: Default ridge of the output-perturbation path, in units of B² (B: declared l2 bound of the
 #: intercept-augmented rows): strong enough that the public solution radius is small and the
 #: logistic loss's Lipschitz constant on it is close to B/2 (see
@@ -446,7 +474,14 @@ class DPLinearRegression(_DPRegressor):
     bound on |y|) and ``max_norm`` (default 1.0; the squared loss is Lipschitz only on a bounded
     set).  ``solver="auto"`` (default), with δ > 0: ``"dp_mag"`` (noisy clipped gradients with the
     thesis's multistage acceleration and a public surrogate ridge) when ε·n/√d >= 100
-    (:data:`AUTO_LINEAR_MAG_EPSILON_N_SQRT_D`, d counting the intercept column); below it
+    (:data:`AUTO_LINEAR_MAG_EPSILON_N_SQRT_D`, d counting the intercept column) and d < 300; from
+    d >= 300 (:data:`AUTO_LINEAR_SELECT_MIN_DIM`) in that band a **paid private selection**
+    (``solver_ == "select(dp_frank_wolfe,dp_mag)"``, :data:`AUTO_LINEAR_SELECT`): both
+    ``"dp_frank_wolfe"`` over the l1 ball (better on sparse targets) and ``"dp_mag"`` over the l2
+    ball (better on dense ones) are fitted with a share of the budget and the one with the smaller
+    noisy clipped training error is released (``result_.parameters["selected"]``; see
+    :func:`dpopt.solvers.private_selection.private_selection`); ``solver_options`` are then refused
+    (pick the solver explicitly to pass them).  Below ε·n/√d = 100
     sufficient-statistics perturbation (``"ssp"``, AdaSSP) when ε·n/(d·B₂²) >= 1
     (:data:`AUTO_LINEAR_SSP_EPSILON_N`, B₂ the declared bound on ‖x‖₂, √d·feature_norm for
     ``norm="linf"``), else ``"dp_frank_wolfe"``.  With δ = 0 (pure ε): objective perturbation when
@@ -454,9 +489,9 @@ class DPLinearRegression(_DPRegressor):
     ``"dp_frank_wolfe"`` (and ``"frank_wolfe"``) run over the l1 ball of radius ``max_norm``, which
     lies inside the l2 ball: their selection noise does not grow with d, the others' does.
     ``neighbouring="add_remove"`` with ``declared_size=N`` (public, never read from the data): the
-    same thresholds with N for n; ``"dp_mag"`` then runs full-batch with its gradient sum
-    normalised by N (Poisson rate 1), below its threshold and for δ = 0 ``"dp_frank_wolfe"``
-    (objective perturbation and AdaSSP have no add/remove analysis).
+    same thresholds with N for n (and the same selection); ``"dp_mag"`` then runs full-batch with
+    its gradient sum normalised by N (Poisson rate 1), below its threshold and for δ = 0
+    ``"dp_frank_wolfe"`` (objective perturbation and AdaSSP have no add/remove analysis).
 
     Privacy
     -------
@@ -470,7 +505,12 @@ class DPLinearRegression(_DPRegressor):
     solve over the ball are post-processing.  ``"objective_perturbation"``: the replace-one
     calibration (χ₂ hockey-stick for δ > 0, l2-Laplace for δ = 0).  ``"dp_frank_wolfe"``:
     report-noisy-min selections (Laplace; pure ε composes linearly, δ > 0 through PLD), see
-    :func:`dpopt.solvers.frank_wolfe_tuned.tuned_frank_wolfe`.
+    :func:`dpopt.solvers.frank_wolfe_tuned.tuned_frank_wolfe`.  The private selection: both
+    candidates' planned releases and one report-noisy-min over the training scores
+    ``Σ min((clip(x·θ, ±label_bound) - y)², τ²)`` (τ = label_bound/2, sensitivity τ² under both
+    relations, monotone under add/remove) are composed by the PLD accountant into one event,
+    committed before any noise is drawn (``privacy_spent_`` is the whole procedure's spend; an
+    ``accountant=`` receives that single event); the shares, the band and τ are public.
 
     Examples
     --------
@@ -484,6 +524,17 @@ class DPLinearRegression(_DPRegressor):
     'dp_mag'
     >>> bool(np.mean((model.predict(X) - y) ** 2) < np.mean(y**2))
     True
+
+    With many columns the default selects privately between Frank-Wolfe and ``dp_mag``:
+
+    >>> Xw = rng.uniform(-1, 1, size=(3000, 400))
+    >>> yw = np.clip(0.2 * Xw[:, :5].sum(axis=1) + 0.1 * rng.normal(size=3000), -1, 1)
+    >>> wide = DPLinearRegression(epsilon=2.0, feature_norm=1.0, norm="linf", label_bound=1.0,
+    ...                           rng=0).fit(Xw, yw)
+    >>> wide.solver_, wide.result_.parameters["selected"]
+    ('select(dp_frank_wolfe,dp_mag)', 'dp_frank_wolfe')
+    >>> round(wide.privacy_spent_.epsilon, 2)
+    2.0
     """
 
     def __init__(
@@ -562,7 +613,7 @@ class DPLinearRegression(_DPRegressor):
                 self.delta > 0
                 and float(self.epsilon) * N / math.sqrt(dim) >= AUTO_LINEAR_MAG_EPSILON_N_SQRT_D
             ):
-                return "dp_mag"
+                return AUTO_LINEAR_SELECT if dim >= AUTO_LINEAR_SELECT_MIN_DIM else "dp_mag"
             return "dp_frank_wolfe"
         if self.delta == 0:  # Gaussian methods need δ > 0; pure ε: objective perturbation or Frank-Wolfe
             if self._epsilon_n_per_d_b2(n, dim) >= AUTO_LINEAR_PURE_OP_EPSILON_N:
@@ -570,10 +621,81 @@ class DPLinearRegression(_DPRegressor):
             return "dp_frank_wolfe"
         # n is public under replace-one neighbours; ε·n/√d is the scale of DP-GD's excess-risk rate
         if float(self.epsilon) * n / math.sqrt(dim) >= AUTO_LINEAR_MAG_EPSILON_N_SQRT_D:
-            return "dp_mag"
+            return AUTO_LINEAR_SELECT if dim >= AUTO_LINEAR_SELECT_MIN_DIM else "dp_mag"
         if self._epsilon_n_per_d_b2(n, dim) >= AUTO_LINEAR_SSP_EPSILON_N:
             return "ssp"
         return "dp_frank_wolfe"
+
+    def _fit_problem(self, X: Any, y: NDArray[np.float64]) -> OptimizeResult:
+        if (
+            self.solver != "auto"
+            or self._budget() == "non-private"
+            or self._method(X.shape[0]) != AUTO_LINEAR_SELECT
+        ):
+            return super()._fit_problem(X, y)
+        try:
+            return self._fit_selection(X, y)
+        except DPOptError as exc:
+            raise _in_estimator_terms(exc, type(self).__name__) from exc
+
+    def _fit_selection(self, X: Any, y: NDArray[np.float64]) -> OptimizeResult:
+        """Private selection between ``dp_frank_wolfe`` (l1 ball) and ``dp_mag`` (l2 ball), one plan."""
+        if self.solver_options:
+            raise InvalidParameterError(
+                f"DPLinearRegression: solver='auto' is here a private selection between two solvers "
+                f"({AUTO_LINEAR_SELECT}); pass solver='dp_mag' or 'dp_frank_wolfe' to give solver_options"
+            )
+        if self.clip and self.fit_intercept and self.norm == "l2":
+            X = DataBounds(self.feature_norm, "l2", clip=True).enforce(X, None, label_required=False)[0]
+        dim = X.shape[1] + (1 if self.fit_intercept else 0)
+        self.solver_ = AUTO_LINEAR_SELECT
+        bounds, s = self._bounds(dim)
+        self.l2_penalty_ = penalty = check_nonneg(self.l2_penalty, "l2_penalty")
+        radius = check_positive(self.max_norm, "max_norm")
+        Xa = self._augment(X, s)
+        budget = self._budget()
+        assert isinstance(budget, Budget)
+        relation: Neighbouring = "add_remove" if self._add_remove() else "replace_one"
+        fw_rel: dict[str, Any] = {}
+        mag_rel: dict[str, Any] = {}
+        if relation == "add_remove":
+            N = int(self.declared_size)  # type: ignore[arg-type]  # checked by _method
+            fw_rel = {"neighbouring": "add_remove", "declared_size": N}
+            # full batch normalised by the declared size (Poisson rate 1), as with solver="dp_mag"
+            mag_rel = {"neighbouring": "add_remove", "sampling_rate": 1.0, "batch_size": N}
+        l1 = ERMProblem(self._loss, bounds, L1Ball(dim, radius), l2_penalty=penalty)
+        l2 = ERMProblem(self._loss, bounds, L2Ball(dim, radius), l2_penalty=penalty)
+        calibration = self.calibration
+
+        def fit_fw(b: Budget, g: Any) -> OptimizeResult:
+            return minimize(
+                l1, Xa, y, method="dp_frank_wolfe", budget=b, rng=g, calibration=calibration, **fw_rel
+            )
+
+        def fit_mag(b: Budget, g: Any) -> OptimizeResult:
+            return minimize(l2, Xa, y, method="dp_mag", budget=b, rng=g, calibration=calibration, **mag_rel)
+
+        label_bound = float(check_positive(self.label_bound, "label_bound"))
+        tau = LINEAR_SELECT_RESIDUAL_CLIP * label_bound
+
+        def score(result: OptimizeResult) -> float:
+            return clipped_squared_error(np.asarray(Xa @ result.solution).ravel(), y, label_bound, tau)
+
+        (fw_share, mag_share), (fw_delta, mag_delta) = LINEAR_SELECT_SHARES, LINEAR_SELECT_DELTA_SHARES
+        return private_selection(
+            [
+                Candidate("dp_frank_wolfe", fit_fw, fw_share, fw_delta),
+                Candidate("dp_mag", fit_mag, mag_share, mag_delta),
+            ],
+            score,
+            budget=budget,
+            score_sensitivity=squared_error_sensitivity(label_bound, tau),
+            neighbouring=relation,
+            rng=self.rng,
+            accountant=self.accountant,
+            selection_share=LINEAR_SELECT_SELECTION_SHARE,
+            label="DPLinearRegression(auto: private selection)",
+        )
 
     def _epsilon_n_per_d_b2(self, n: int, dim: int) -> float:
         """ε·n/(d·B₂²): public (ε, the replace-one n, d and the declared bound B₂ on ‖x‖₂)."""

@@ -21,22 +21,103 @@ caller's accountant.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import threading
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from dpopt.accounting.accountants import Accountant, Budget, InfoNote, PrivacySpent, make_accountant
 from dpopt.accounting.events import Neighbouring, NonPrivateEvent, PrivacyEvent, check_neighbouring
-from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
+from dpopt.exceptions import DPOptError, InvalidParameterError, PrivacyClaimWarning
 
-__all__ = ["charge", "charging", "check_caller_accountant", "commit", "non_private_spent"]
+__all__ = [
+    "PlannedRelease",
+    "charge",
+    "charging",
+    "check_caller_accountant",
+    "commit",
+    "non_private_spent",
+    "plan_of",
+    "prepaid",
+]
 
 #: accountants that every release of this process is also charged to (see :func:`charging`)
 _CHARGING: list[Accountant] = []
 _CHARGING_LOCK = threading.Lock()
+#: per-thread mode of :func:`commit` / :func:`charge`: None (pay), "plan" (:func:`plan_of`) or a
+#: list of releases already paid for as part of a larger plan (:func:`prepaid`)
+_MODE = threading.local()
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRelease:
+    """What a run would pay for, captured by :func:`plan_of` before anything is drawn."""
+
+    event: PrivacyEvent
+    budget: Budget | None  # None: a single mechanism's charge (no budget of its own)
+    neighbouring: Neighbouring | None  # None: charged without an accountant
+    kind: str
+
+
+class _PlanCaptured(BaseException):
+    """Raised by :func:`commit` in planning mode (a BaseException: solvers' ``except Exception``
+    handlers must not swallow it)."""
+
+    def __init__(self, planned: PlannedRelease) -> None:
+        super().__init__("plan captured")
+        self.planned = planned
+
+
+def plan_of(run: Callable[[], Any]) -> PlannedRelease:
+    """The release ``run()`` would commit, without paying for it or drawing any noise.
+
+    ``run`` is called with :func:`commit` in planning mode: its first commit checks the plan against
+    the run's own budget (:class:`~dpopt.exceptions.BudgetExceededError` if it does not fit),
+    records it and stops the run there, before any noise is drawn.  Nothing is composed into any
+    accountant.  Used to compose several runs into one plan paid for once (see :func:`prepaid`).
+    """
+    if getattr(_MODE, "value", None) is not None:
+        raise DPOptError("internal error: nested planning/prepaid blocks are not supported")
+    _MODE.value = "plan"
+    try:
+        run()
+    except _PlanCaptured as captured:
+        return captured.planned
+    finally:
+        _MODE.value = None
+    raise DPOptError("internal error: the run finished without committing a release")
+
+
+@contextlib.contextmanager
+def prepaid(releases: Sequence[PlannedRelease]) -> Iterator[None]:
+    """Within the block (this thread), each release must be the next of ``releases``, already paid for.
+
+    A caller first composes a larger plan containing these releases (from :func:`plan_of`) into the
+    accountants with one :func:`commit`, then runs them inside this block: each commit (or
+    :func:`charge`) of the runs is checked against the next planned release -- same event, budget,
+    relation and accountant kind -- and is not charged a second time.  A release that is not the
+    next planned one raises :class:`~dpopt.exceptions.DPOptError` before its noise is drawn.
+    """
+    if getattr(_MODE, "value", None) is not None:
+        raise DPOptError("internal error: nested planning/prepaid blocks are not supported")
+    _MODE.value = list(releases)
+    try:
+        yield
+    finally:
+        _MODE.value = None
+
+
+def _consume_prepaid(release: PlannedRelease) -> None:
+    pending = _MODE.value
+    if not pending or pending[0] != release:
+        raise DPOptError(
+            "internal error: a release that is not part of the committed plan was attempted (refused before "
+            "any noise was drawn); please report this bug"
+        )
+    pending.pop(0)
 
 
 @contextlib.contextmanager
@@ -116,6 +197,13 @@ def check_caller_accountant(
 def charge(accountant: Accountant | None, event: PrivacyEvent, label: str = "") -> None:
     """Compose ``event`` into the caller's ``accountant`` (if any) before a mechanism draws noise."""
     acct = check_caller_accountant(accountant)
+    mode = getattr(_MODE, "value", None)
+    if mode is not None:
+        release = PlannedRelease(event, None, acct.neighbouring if acct is not None else None, "")
+        if mode == "plan":
+            raise _PlanCaptured(release)
+        _consume_prepaid(release)
+        return
     if acct is not None:
         acct.compose(event, label=label)
     if _CHARGING:
@@ -183,6 +271,8 @@ def commit(
     rel = check_neighbouring(neighbouring)
     acct = check_caller_accountant(accountant, rel)
     if event is None or budget is None:
+        if getattr(_MODE, "value", None) is not None:
+            raise DPOptError("internal error: a run without noise inside a composed private plan")
         if acct is not None:
             acct.compose(NonPrivateEvent("noise switched off"), label=label)
         if _CHARGING:
@@ -192,6 +282,13 @@ def commit(
         raise InvalidParameterError("budget: expected a dpopt.accounting.Budget")
     opts = tuple(sorted((options or {}).items()))
     spent = _planned_spend(event, budget, kind, rel, opts)  # raises BudgetExceededError when over
+    mode = getattr(_MODE, "value", None)
+    if mode is not None:  # plan_of / prepaid: the release is (or will be) paid by an enclosing plan
+        release = PlannedRelease(event, budget, rel, kind)
+        if mode == "plan":
+            raise _PlanCaptured(release)
+        _consume_prepaid(release)
+        return spent
     for note in spent.notes:  # a lemma applied outside its preconditions, etc. (every call, even cached)
         if not isinstance(note, InfoNote):  # InfoNote: which bound the accountant used (recorded, not warned)
             warnings.warn(note, PrivacyClaimWarning, stacklevel=3)
