@@ -80,12 +80,13 @@ AUTO_LINEAR_SELECT = "select(dp_frank_wolfe,dp_mag)"
 #: The selection is used from this many columns d (counting the intercept) on; below it ``dp_mag``
 #: alone, as before.  On the validation draws (docs/erm_accuracy.md) Frank-Wolfe won by at most 10 %
 #: at d = 20 and 50 on sparse targets while dp_mag won by up to 10x on dense ones, so splitting the
-#: budget only cost accuracy there; at d = 200 the selection lost 1.4-1.9x on dense targets at
-#: ε = 1-2 for a 1.2-1.6x gain on sparse ones; at d = 500 Frank-Wolfe won by 2-4x on sparse targets.
+#: budget only cost accuracy there; at d = 200 the selection lost 1.4-2.2x on dense targets at
+#: ε = 1-2 for a 1.1-1.6x gain on sparse ones; at d = 500 it gained 1.7-3.9x on sparse targets for a
+#: 1.1-1.45x loss on dense ones.
 #: 300 lies between the last design where the selection did not pay (200) and the first where it did.
 AUTO_LINEAR_SELECT_MIN_DIM = 300
 #: Shares of ε of the two candidates and of the selection (before the common PLD scale-up) and the
-#: candidates' shares of δ.  Chosen on validation draws (docs/erm_accuracy.md, "Linear regression:
+#: candidates' shares of δ.  Chosen on validation draws (docs/erm_accuracy.md, "Linear regression: paid
 #: private selection").
 LINEAR_SELECT_SHARES = (0.45, 0.45)
 LINEAR_SELECT_SELECTION_SHARE = 0.1
