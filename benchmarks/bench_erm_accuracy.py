@@ -161,6 +161,7 @@ def fit_default(
         return {
             "metric": float(np.mean((lin.predict(Xte) - yte) ** 2)),
             "solver": lin.solver_,
+            "selected": lin.result_.parameters.get("selected"),  # the private selection's pick
             "eps_spent": lin.privacy_spent_.epsilon,
         }
     if _is_lasso(task):
@@ -200,6 +201,7 @@ def fit_default_add_remove(
         return {
             "metric": float(np.mean((lin.predict(Xte) - yte) ** 2)),
             "solver": lin.solver_,
+            "selected": lin.result_.parameters.get("selected"),  # the private selection's pick
             "eps_spent": lin.privacy_spent_.epsilon,
         }
     X = Xtr if _is_lasso(task) else _augment(Xtr)

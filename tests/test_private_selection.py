@@ -97,6 +97,10 @@ def test_the_planned_event_is_what_is_charged(relation: str) -> None:
     assert 0.97 * eps <= m.privacy_spent_.epsilon <= eps * (1 + 1e-9)
     assert acct.epsilon(1e-5) == pytest.approx(m.privacy_spent_.epsilon)
     assert m.privacy_spent_.neighbouring == relation
+    if relation == "add_remove":  # the whole plan reads the declared size only, never the data's
+        other = make_accountant("pld", budget=Budget(3.0, 1e-4), neighbouring=relation)
+        DPLinearRegression(epsilon=eps, accountant=other, **KW, **extra).fit(X[:-1], y[:-1])
+        assert other.ledger[0].event == event
 
 
 def test_prepaid_refuses_a_release_outside_the_plan_and_planning_charges_nothing() -> None:
