@@ -716,6 +716,7 @@ def private_objective_perturbation(
         "hessian_bound": hess,
         "inner_tol": tol,
         "inexact_fraction": inexact_fraction,
+        "jacobian_fraction": jacobian_fraction,
         "output_sigma": sigma_out,
         "output_sensitivity": sens_out,
         "noise": "l2_laplace" if alpha > 0 else "gaussian",
