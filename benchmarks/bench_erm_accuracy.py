@@ -20,6 +20,8 @@ logistic tasks, as :class:`~dpopt.estimators.DPLogisticRegression` does):
   ``minimize(problem, X, y, budget=..., rng=...)`` with ``method="auto"`` (LASSO) or
   :class:`~dpopt.estimators.DPLinearRegression` with its defaults (``fit_intercept=False``; linear
   regression); replace-one;
+* ``default_ar``: the same defaults under ``neighbouring="add_remove"`` with the training size
+  declared (``minimize`` for δ > 0 on the logistic tasks; the estimators for pure ε and regression);
 * ``zero`` (regression tasks): the zero predictor, the trivial baseline;
 * ``<method>``: ``minimize(..., method=<method>)`` with its defaults, for every registered method
   (``--methods`` restricts; a refusal is recorded as such);
@@ -204,6 +206,13 @@ def fit_default_add_remove(
             "selected": lin.result_.parameters.get("selected"),  # the private selection's pick
             "eps_spent": lin.privacy_spent_.epsilon,
         }
+    if delta == 0 and not _is_lasso(task):  # pure ε: the estimator (its class prior at tiny ε·N)
+        from dpopt.estimators import DPLogisticRegression
+
+        est = DPLogisticRegression(
+            epsilon=eps, delta=0.0, feature_norm=1.0, rng=seed, neighbouring="add_remove", declared_size=len(ytr)
+        ).fit(Xtr, ytr)
+        return {"metric": float(est.score(Xte, yte)), "solver": est.solver_, "eps_spent": est.privacy_spent_.epsilon}
     X = Xtr if _is_lasso(task) else _augment(Xtr)
     prob = _problem(task, "dp_sgd", Xtr.shape[1])
     res = minimize(
@@ -375,6 +384,7 @@ def plan(args: argparse.Namespace) -> Iterator[tuple[str, str, float, float, int
                         yield task, "zero", eps, 0.0, seed
                     yield task, "dpsgd_ar", eps, DELTA, seed
                     yield task, "default_ar", eps, DELTA, seed
+                    yield task, "default_ar", eps, 0.0, seed  # pure ε under add/remove
                     yield task, "dpsgd_ro", eps, DELTA, seed
                 if seed < args.method_seeds and not args.defaults_only:
                     for m in methods:
@@ -476,7 +486,7 @@ def summarize(records: list[dict[str, Any]], epsilons: tuple[float, ...]) -> str
     errors: dict[tuple[str, str], str] = {}
     cpu: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
-        pure = r["delta"] == 0 and r["competitor"] in ("default", "zero")
+        pure = r["delta"] == 0 and r["competitor"] in ("default", "default_ar", "zero")
         name = r["competitor"] + (" (pure ε)" if pure else "")
         if r.get("metric") is None:
             errors[(r["task"], name)] = r.get("error", "")
@@ -572,7 +582,7 @@ def plot(records: list[dict[str, Any]], path: str) -> None:
         for r in records:
             if r["task"] == task and r.get("metric") is not None:
                 name = r["competitor"] + (
-                    " (pure ε)" if r["delta"] == 0 and r["competitor"] == "default" else ""
+                    " (pure ε)" if r["delta"] == 0 and r["competitor"] in ("default", "default_ar") else ""
                 )
                 curves[name][float(r["eps"])].append(float(r["metric"]))
         for name, pts in sorted(curves.items()):

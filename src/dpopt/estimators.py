@@ -299,7 +299,11 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         noise, suffix averaging when the noise dominates; PLD accounting) when ``epsilon *
         n_samples / sqrt(d) < 6500`` (d counting the intercept column;
         :data:`dpopt.solvers.minimize.LOGISTIC_OBJECTIVE_PERTURBATION_EPSILON_N_SQRT_D`), objective
-        perturbation above; ``delta=0``: objective perturbation's pure-ε form (l2-Laplace noise).
+        perturbation above; ``delta=0``: objective perturbation's pure-ε form (l2-Laplace noise,
+        Jacobian share ``min(0.1, max(2, ε)/d)``), or the private class prior
+        (``"class_prior"``: an intercept-only model from one Laplace count of the labels) when
+        ``epsilon * n_samples < 100`` (:data:`AUTO_CLASS_PRIOR_EPSILON_N`; the declared size under
+        add/remove).
         Or any method of :func:`dpopt.solvers.minimize` (``"mirror_descent"`` and
         ``"frank_wolfe"`` need ``max_norm``).
     l2_penalty : float or None, default None
@@ -329,7 +333,8 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
     neighbouring : {"replace_one", "add_remove"} or None, default None
         The neighbouring relation of the guarantee (None: the accountant's, else replace-one).
         ``"add_remove"``: the data's size is private; ``solver="auto"`` is then DP-SGD with
-        hyper-parameters from ``declared_size`` (see :func:`dpopt.solvers.minimize`).
+        hyper-parameters from ``declared_size`` (see :func:`dpopt.solvers.minimize`), and for
+        ``delta=0`` objective perturbation's add/remove pure-ε form (or the class prior).
     declared_size : int or None, default None
         Public dataset size N used under ``neighbouring="add_remove"`` (never read from the data; a
         wrong N costs accuracy, not privacy).
@@ -368,7 +373,12 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
       (:func:`dpopt.solvers.private_output_perturbation`), σ calibrated with the PLD accountant;
     * objective perturbation (the default otherwise): the replace-one analysis of
       :func:`dpopt.solvers.private_objective_perturbation` (χ₂ hockey-stick calibration; with
-      ``delta=0`` pure ε-DP with l2-Laplace noise, Chaudhuri-Monteleoni-Sarwate 2011).
+      ``delta=0`` pure ε-DP with l2-Laplace noise, Chaudhuri-Monteleoni-Sarwate 2011; under
+      add/remove, pure ε only, its sum form with a ridge and noise rate from ε and the declared
+      bounds, no n);
+    * the class prior (``delta=0`` and ε·n < 100): one count released with Laplace noise of scale
+      1/ε (replace-one: the positives, n public; add/remove: both class counts), ε-DP
+      (:func:`dpopt.solvers.class_prior.private_class_prior`); the features are not used.
 
     Every default (the solver switch, DP-SGD's batch, steps, clip and step size, λ, the intercept
     column) is a function of public quantities only -- ε, δ, n, the number of features and the
@@ -435,8 +445,9 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
             and budget.epsilon * int(size) < AUTO_CLASS_PRIOR_EPSILON_N
         ):
             return "class_prior"  # pure ε with ε·n this small: no pure-ε fit beat the class prior
-        if add_remove:
-            return "dp_sgd"  # n is private under add/remove: no size-based switch
+        if add_remove:  # n is private under add/remove: no size-based switch
+            pure = isinstance(budget, Budget) and budget.delta == 0
+            return "objective_perturbation" if pure else "dp_sgd"
         dim = int(self.n_features_in_) + (1 if self.fit_intercept else 0)
         if logistic_sgd_by_default(self._budget(), str(self.calibration), n, dim):
             return "dp_sgd"  # the same public rule as minimize(method="auto")

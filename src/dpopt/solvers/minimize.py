@@ -91,6 +91,8 @@ _METHODS: dict[str, MethodSpec] = {
         summary="objective perturbation with Gaussian noise, unconstrained or projected ([TTZ] Alg. 2, KST12)",
         target="dpopt.solvers.objective_perturbation:private_objective_perturbation",
         unconstrained=True,
+        neighbouring=("replace_one", "add_remove"),  # add/remove: pure ε with declared_size
+        noise=("gaussian", "laplace"),
         calibrations=("tight", "kst", "paper"),
         iterative=False,
         iteration_option="max_iterations",
@@ -99,6 +101,7 @@ _METHODS: dict[str, MethodSpec] = {
             "max_iterations": (1, None),
             "jacobian_fraction": (0, 1, True, True),
             "inexact_fraction": (0, 1, True, True),
+            "declared_size": (1, None),
         },
     ),
     "frank_wolfe": MethodSpec(
@@ -233,6 +236,21 @@ def _auto_method(
             return "dp_sgd"
         return "objective_perturbation"
     return "mirror_descent"
+
+
+def _auto_add_remove_method(problem: ERMProblem, budget: BudgetLike) -> str:
+    """``method="auto"`` under add/remove: Frank-Wolfe on vertex polytopes; pure-ε objective
+    perturbation for an unconstrained logistic problem at δ = 0 (DP-SGD's Laplace steps are far
+    behind there); DP-SGD otherwise."""
+    if isinstance(problem.constraint, VertexSet):
+        return "dp_frank_wolfe"
+    try:
+        b = parse_budget(budget)
+    except DPOptError:
+        b = None
+    if b is not None and b.delta <= 0 and problem.constraint is None and _is_logistic(problem):
+        return "objective_perturbation"
+    return "dp_sgd"
 
 
 #: Logistic-loss DP-SGD defaults (issue 13), from public quantities only: per-example gradients
@@ -382,7 +400,8 @@ def minimize(
         ``"auto"`` picks ``"dp_frank_wolfe"`` (few public steps) for polytopes (l1 ball, simplex, vertex polytopes), objective
         perturbation without a constraint set -- except for the logistic loss with δ > 0 and
         ``ε·n/√d < 6500``, where it is DP-SGD with public settings (batch √n, 20 epochs, clip at half
-        the declared gradient bound, a noise-scaled constant step; see ``declared_size``) -- and
+        the declared gradient bound, a noise-scaled constant step; see ``declared_size``); for the
+        logistic loss at δ = 0 its Jacobian share is ``min(0.1, max(2, ε)/d)`` -- and
         mirror descent otherwise.  Each method declares
         what it supports (:func:`method_spec`): constraint sets, losses, neighbouring relations,
         calibrations and its options with types and ranges; ``minimize`` checks the call against
@@ -412,9 +431,11 @@ def minimize(
         The neighbouring relation the guarantee is stated under (default: the ``accountant``'s,
         else ``"replace_one"``, dpopt's ERM convention).  Under ``"add_remove"`` the data's size is
         private, so only methods with a declared Poisson ``sampling_rate`` (the DP gradient
-        methods) or normalised by ``declared_size`` (``dp_frank_wolfe``) qualify, and
-        ``method="auto"`` is ``dp_frank_wolfe`` for vertex polytopes (l1 ball, simplex, ``Polytope``)
-        and DP-SGD otherwise, with public hyper-parameters (see ``declared_size``).
+        methods) or a ``declared_size`` (``dp_frank_wolfe``; ``objective_perturbation``, pure ε
+        only) qualify, and ``method="auto"`` is ``dp_frank_wolfe`` for vertex polytopes (l1 ball,
+        simplex, ``Polytope``), objective perturbation's add/remove pure-ε form for an
+        unconstrained logistic problem at δ = 0, and DP-SGD otherwise, with public
+        hyper-parameters (see ``declared_size``).
     declared_size : int, optional
         Under ``"add_remove"``: a public, declared dataset size N (not read from the data) from
         which the DP gradient methods' unset options are derived: expected batch ``m = round(√N)``,
@@ -424,7 +445,8 @@ def minimize(
         (``8/(4L)`` shrunk ∝ 1/σ under heavy noise, :func:`dpopt.solvers.gradient.dp_gd`).  A wrong
         N costs accuracy, never privacy.  Pass ``sampling_rate=`` and ``batch_size=`` instead to
         choose them yourself.  ``dp_frank_wolfe`` normalises its scores by N (sensitivity
-        ``min(‖C‖₁L_∞, ‖C‖₂L₂)/N``, half the replace-one one) and plans its steps from N.
+        ``min(‖C‖₁L_∞, ‖C‖₂L₂)/N``, half the replace-one one) and plans its steps from N;
+        ``objective_perturbation`` uses N only for its solver tolerance.
     **options
         Method-specific options (step sizes, potential, batch size, ...), documented in each
         method's function (``dpopt.solvers.<function>``, listed by ``method_spec(name).target``).
@@ -477,11 +499,7 @@ def minimize(
     rel = accountant.neighbouring if isinstance(accountant, Accountant) else None
     relation = _relation(neighbouring, rel, declared_size)
     if relation == "add_remove":  # vertex polytopes: Frank-Wolfe normalised by the declared size
-        name = (
-            ("dp_frank_wolfe" if isinstance(problem.constraint, VertexSet) else "dp_sgd")
-            if method == "auto"
-            else _ALIASES.get(method, method)
-        )
+        name = _auto_add_remove_method(problem, budget) if method == "auto" else _ALIASES.get(method, method)
     else:
         name = (
             _auto_method(problem, budget, calibration, X)
@@ -496,7 +514,7 @@ def minimize(
         rel = relation
     elif method == "auto" and name == "dp_sgd":  # replace-one: n is public, the same public rule
         options, max_iter = default_sgd_options(name, problem, X, dict(options), max_iter, _n_rows(X))
-    elif method == "auto" and name == "objective_perturbation":  # pure ε, logistic: public ridge share
+    if method == "auto" and name == "objective_perturbation":  # pure ε, logistic: public ridge share
         options = pure_logistic_op_options(problem, X, budget, dict(options))
     opts = _iteration_limit(name, spec, dict(options), max_iter)
     if not isinstance(calibration, str):

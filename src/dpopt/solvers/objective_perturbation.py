@@ -22,7 +22,15 @@ from numpy.typing import NDArray
 from scipy import optimize, special
 
 from dpopt._validation import check_int, check_positive
-from dpopt.accounting import Accountant, Budget, EpsilonDeltaEvent, PrivacyEvent, gaussian_sigma
+from dpopt.accounting import (
+    Accountant,
+    Budget,
+    EpsilonDeltaEvent,
+    PrivacyEvent,
+    check_caller_accountant,
+    commit,
+    gaussian_sigma,
+)
 from dpopt.exceptions import ConvergenceWarning, InexactSolveError, InvalidParameterError
 from dpopt.mechanisms import gaussian_noise, l2_laplace_noise
 from dpopt.problems import ERMProblem, make_loss
@@ -30,9 +38,7 @@ from dpopt.randomness import RNGLike, SecureRNG, check_rng
 from dpopt.solvers._result import OptimizeResult, Status
 from dpopt.solvers.minimize import (
     BudgetLike,
-    check_accountant,
     check_calibration,
-    commit_privacy,
     nonprivate_diagnostics,
     parse_budget,
 )
@@ -440,6 +446,7 @@ def private_objective_perturbation(
     max_iterations: int = 50_000,
     jacobian_fraction: float = 0.1,
     inexact_fraction: float = 0.01,
+    declared_size: int | None = None,
 ) -> OptimizeResult:
     """Objective perturbation ([TTZ] Algorithm 2; Kifer-Smith-Thakurta 2012).
 
@@ -474,6 +481,11 @@ def private_objective_perturbation(
         regularisation and more noise.
     inexact_fraction : float, default 0.01
         Share of ε and δ spent on the output noise that covers the inexact solve (0 < · < 1).
+    declared_size : int, optional
+        A public dataset size N (what ``minimize(..., neighbouring="add_remove", declared_size=N)``
+        passes): the guarantee is then stated under **add/remove** neighbours, pure ε only (δ = 0,
+        ``calibration="tight"``, ``l2_penalty = 0``), and N only scales the solver tolerance; the
+        data's own size never reaches the calibration (see Privacy).
 
     Returns
     -------
@@ -512,6 +524,17 @@ def private_objective_perturbation(
     ``(1 − f)δ`` plus the output Gaussian's ``fε``).  For a constraint set the argument follows KST's
     extension to convex domains.
 
+    *Add/remove, pure ε* (``declared_size`` given).  Written as a sum,
+    ``θ* = argmin Σᵢ ℓᵢ(θ) + <b, θ> + (Λ/2)‖θ − θ₀‖²`` with b of density ∝ exp(−α‖b‖₂).  Adding a
+    record z moves the noise that maps to a given θ by ``∇ℓ_z(θ)`` (norm <= L) and multiplies the
+    Jacobian determinant by at most ``1 + λ/Λ`` (a rank-one Hessian ``φ''xxᵀ``), so the output is
+    ``(ln(1 + λ/Λ) + αL)``-DP in both directions: the same argument as replace-one with one record's
+    gradient instead of the difference of two.  Λ and α come from ε, L, λ and the Jacobian share
+    only -- no n.  The solver works on the same objective divided by n (ridge Λ/n, noise b/n; the
+    minimiser is identical), stops when the *sum*'s gradient-mapping norm is certified <= γ·N
+    (γ = ``tol``, N declared), so ``‖θ̂ − θ*‖ <= γN/Λ`` (``2γN/Λ`` over a set) is public, and the
+    output l2-Laplace noise is calibrated to twice that.
+
     *Inexact solve* (approximate minima perturbation, Iyengar et al. 2019).  The perturbed
     objective J is μ-strongly convex with μ = ζ + ``l2_penalty`` (public) and the solver stops only
     when the gradient-mapping norm of J at the point θ̂ it returns is certified to be <= γ = ``tol``
@@ -539,13 +562,31 @@ def private_objective_perturbation(
         raise InvalidParameterError("objective perturbation needs a twice-differentiable loss")
     calibration = check_calibration(calibration, ("tight", "kst", "paper"))
     bud = parse_budget(budget)
-    acct = check_accountant(accountant)
+    add_remove = declared_size is not None
+    acct = check_caller_accountant(
+        accountant, "add_remove" if add_remove else "replace_one", who="objective perturbation"
+    )
     tol = check_positive(tol, "tol")
     if not 0 < check_positive(jacobian_fraction, "jacobian_fraction") < 1:
         raise InvalidParameterError("jacobian_fraction: must lie in (0, 1)")
     if not 0 < check_positive(inexact_fraction, "inexact_fraction") < 1:
         raise InvalidParameterError("inexact_fraction: must lie in (0, 1)")
     max_iterations = check_int(max_iterations, "max_iterations")
+    if add_remove:
+        N = check_int(declared_size, "declared_size")
+        if bud is not None and bud.delta > 0:
+            raise InvalidParameterError(
+                "objective perturbation under neighbouring='add_remove' has a pure-ε analysis only: pass a "
+                "budget with δ = 0, or use method='dp_sgd' (the add/remove default for δ > 0)"
+            )
+        if bud is not None and calibration != "tight":
+            raise InvalidParameterError("declared_size: the add/remove analysis uses calibration='tight' only")
+        if problem.l2_penalty > 0:
+            raise InvalidParameterError(
+                "objective perturbation under neighbouring='add_remove': l2_penalty must be 0 (the average "
+                "loss's penalty scales with the private n in the sum the analysis bounds); the method adds "
+                "its own public ridge"
+            )
     Xc, yc = problem.prepare(X, y)
     n, p = Xc.shape
     C = problem.constraint
@@ -569,7 +610,15 @@ def private_objective_perturbation(
                 "calibration='tight' has a pure-ε form (l2-Laplace noise) for δ = 0"
             )
         op_share, out_share = _inexact_split(bud, inexact_fraction)
-        if bud.delta <= 0:
+        if add_remove:
+            # the sum form: ridge Λ and noise rate α from ε, L, λ only (jacobian_split with n = 1);
+            # the solver's average form divides both by the data's n (the same minimiser)
+            eps2, ridge_sum = jacobian_split(
+                op_share.epsilon, hessian=hess, n=1, jacobian_fraction=jacobian_fraction
+            )
+            alpha = eps2 / L2
+            zeta = ridge_sum / n
+        elif bud.delta <= 0:
             alpha, ridge = pure_calibration(
                 op_share.epsilon,
                 lipschitz=L2,
@@ -602,10 +651,13 @@ def private_objective_perturbation(
                 "objective perturbation needs a strongly convex perturbed objective (ζ + l2_penalty > 0)"
             )
         sens_out = 2 * (tol if C is None else 2 * tol) / mu
+        if add_remove:  # the sum's tolerance γN over its public ridge Λ: no n
+            sens_out = 2 * (tol * N if C is None else 2 * tol * N) / ridge_sum
         if bud.delta <= 0:
             # l2-Laplace (density ∝ exp(-α‖v‖)) is (α·Δ₂)-DP: pure fε at sensitivity 2r
             alpha_out = out_share.epsilon / sens_out
-            event = EpsilonDeltaEvent(bud.epsilon, 0.0, rule="objective-perturbation-replace-one-pure+amp")
+            rel_rule = "add-remove" if add_remove else "replace-one"
+            event = EpsilonDeltaEvent(bud.epsilon, 0.0, rule=f"objective-perturbation-{rel_rule}-pure+amp")
         # analytic Gaussian (Balle-Wang): exactly (fε, fδ)-DP at sensitivity 2r, for any ε
         elif calibration == "tight":
             sigma_out = gaussian_sigma(out_share.epsilon, out_share.delta, sens_out)
@@ -631,15 +683,18 @@ def private_objective_perturbation(
             "would need off-grid noise); use output_perturbation or a DP gradient method with "
             "rng='secure', or an int seed / None here"
         )
-    privacy = commit_privacy(
+    privacy = commit(
         event,
         budget=bud,
+        neighbouring="add_remove" if add_remove else "replace_one",
         kind="pld" if calibration == "tight" else "advanced",
         accountant=acct,
         label="objective-perturbation",
     )
     if alpha > 0:
         b = l2_laplace_noise(alpha, p, rng=gen)
+        if add_remove:
+            b = b / n  # the sum form's noise, in the solver's average form
     else:
         b = gaussian_noise(sigma, p, rng=gen) if sigma > 0 else np.zeros(p)
 
@@ -682,7 +737,7 @@ def private_objective_perturbation(
         theta0,
         beta,
         mu_j if mu_j > 0 else 1.0,  # non-private, unregularised: the distance bound is unused
-        tol=tol,
+        tol=tol * N / n if add_remove else tol,  # add/remove: the sum's tolerance γN, per record
         max_iterations=max_iterations,
         initial_distance=d0,
     )
@@ -722,8 +777,12 @@ def private_objective_perturbation(
         "noise": "l2_laplace" if alpha > 0 else "gaussian",
         "l2_laplace_alpha": alpha,
         "output_l2_laplace_alpha": alpha_out,
-        "n_samples": n,
     }
+    if add_remove:  # the data's n is private under add/remove: report the sum form's ridge Λ, not Λ/n
+        params["declared_size"] = N
+        params["regularization"] = ridge_sum if bud is not None else 0.0
+    else:
+        params["n_samples"] = n
     diag: dict[str, Any] = {}
     if diagnostics:
         diag = {"inner_iterations": solve.iterations, "inner_residual": solve.gradient_norm}
