@@ -38,7 +38,11 @@ def main() -> None:
                 cells = []
                 for kw in ({"method": "objective_perturbation", "jacobian_fraction": 0.1}, {}):
                     accs = [
-                        au._accuracy(minimize(problem, a, b, budget=Budget(eps, 0.0), rng=1000 + i, **kw).solution, xt, yt)
+                        au._accuracy(
+                            minimize(problem, a, b, budget=Budget(eps, 0.0), rng=1000 + i, **kw).solution,
+                            xt,
+                            yt,
+                        )
                         for i, (a, b) in enumerate(sites)
                     ]
                     cells.append(f"{np.mean(accs):.4f}")

@@ -131,8 +131,10 @@ def run_scale(args: argparse.Namespace) -> None:
         f"3. scale: PP, in-process engine (1 shard), d = 100, {args.rounds} timed rounds, BLAS single-threaded; "
         "CPU = process time; each cell a fresh process"
     )
-    print(f"   {'graph':26s} {'rows':>5s} {'code':4s} {'cpu s/rd':>9s} {'wall s/rd':>9s} {'set-up s':>9s} "
-          f"{'after s':>8s} {'peak GB':>8s}")
+    print(
+        f"   {'graph':26s} {'rows':>5s} {'code':4s} {'cpu s/rd':>9s} {'wall s/rd':>9s} {'set-up s':>9s} "
+        f"{'after s':>8s} {'peak GB':>8s}"
+    )
     wanted = {int(k) for k in args.configs.split(",") if k.strip()} if args.configs else None
     for index, cfg in enumerate(SCALE_CONFIGS):
         if args.max_nodes and cfg["n_nodes"] > args.max_nodes:
@@ -144,15 +146,25 @@ def run_scale(args: argparse.Namespace) -> None:
         if args.old_src and cfg["old"] and cfg["n_nodes"] <= args.old_max_nodes:
             codes.append(("old", Path(args.old_src).resolve()))
         for code, src in codes:
-            env = dict(os.environ, PYTHONPATH=str(src), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-                       MKL_NUM_THREADS="1")
+            env = dict(
+                os.environ,
+                PYTHONPATH=str(src),
+                OMP_NUM_THREADS="1",
+                OPENBLAS_NUM_THREADS="1",
+                MKL_NUM_THREADS="1",
+            )
             job = json.dumps({**cfg, "rounds": args.rounds})
             out = subprocess.run(
-                [sys.executable, __file__, "--worker", job], env=env, capture_output=True, text=True,
+                [sys.executable, __file__, "--worker", job],
+                env=env,
+                capture_output=True,
+                text=True,
                 timeout=args.timeout,
             )
             if out.returncode != 0:
-                print(f"   {cfg['graph']} {cfg['n_nodes']} ({code}): failed: {out.stderr.strip().splitlines()[-1:]}")
+                print(
+                    f"   {cfg['graph']} {cfg['n_nodes']} ({code}): failed: {out.stderr.strip().splitlines()[-1:]}"
+                )
                 continue
             r = json.loads(out.stdout.strip().splitlines()[-1])
             row[code] = r
@@ -165,7 +177,9 @@ def run_scale(args: argparse.Namespace) -> None:
         if "old" in row and "new" in row:
             ratio = row["old"]["cpu_per_round"] / row["new"]["cpu_per_round"]
             after = row["old"]["after_last_round_wall"] / max(row["new"]["after_last_round_wall"], 1e-9)
-            print(f"   {'':26s} {'':5s} old/new: {ratio:.1f}x CPU per round; {after:.0f}x time after the last round")
+            print(
+                f"   {'':26s} {'':5s} old/new: {ratio:.1f}x CPU per round; {after:.0f}x time after the last round"
+            )
 
 
 def main() -> None:
@@ -177,7 +191,9 @@ def main() -> None:
     ap.add_argument("--skip-adult", action="store_true")
     ap.add_argument("--scale", action="store_true", help="run the scale table (section 3)")
     ap.add_argument("--max-nodes", type=int, default=0, help="skip scale configurations above this N")
-    ap.add_argument("--configs", type=str, default="", help="comma-separated indices into SCALE_CONFIGS (default: all)")
+    ap.add_argument(
+        "--configs", type=str, default="", help="comma-separated indices into SCALE_CONFIGS (default: all)"
+    )
     ap.add_argument("--old-src", type=Path, default=None, help="source tree of the code to compare with")
     ap.add_argument("--old-max-nodes", type=int, default=10_000)
     ap.add_argument("--timeout", type=float, default=3600.0)

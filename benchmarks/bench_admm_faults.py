@@ -183,7 +183,9 @@ def secure_resume(tmp: Path) -> dict[str, Any]:
     Ledger(url, create=True).add_dataset("adult", budget=Budget(100.0), neighbouring="replace_one")
     d = tmp / "run"
     env = dict(os.environ, PYTHONPATH=SRC)
-    proc = subprocess.Popen([sys.executable, str(script), str(d), url], stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(d), url], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "17"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)

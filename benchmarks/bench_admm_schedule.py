@@ -50,11 +50,16 @@ def main(argv: list[str]) -> None:
     parts = split_rows(xtr.shape[0], n, how=split, rng=2018, min_size=50 if split != "even" else 1)  # type: ignore[arg-type]
     data = [(xtr[p], ytr[p]) for p in parts]
     sizes = np.array([p.size for p in parts])
-    print(f"{n} sites, {split}: rows per site {sizes.min()}..{sizes.max()}, degrees {topo.degrees.min()}..{topo.degrees.max()}")
+    print(
+        f"{n} sites, {split}: rows per site {sizes.min()}..{sizes.max()}, degrees {topo.degrees.min()}..{topo.degrees.max()}"
+    )
     prob = ERMProblem("logistic", DataBounds(feature_norm=1.0, label_bound=1.0), l2_penalty=LAMBDA)
     for eps in (float(e) for e in argv[2].split(",")):
         if "nolocal" not in argv[4:]:
-            alone = [np.mean([acc(minimize(prob, a, b, budget=Budget(eps, 0.0), rng=k).solution) for a, b in data]) for k in range(2)]
+            alone = [
+                np.mean([acc(minimize(prob, a, b, budget=Budget(eps, 0.0), rng=k).solution) for a, b in data])
+                for k in range(2)
+            ]
             print(f"eps={eps:g} alone={np.mean(alone):.4f}", flush=True)
         else:
             print(f"eps={eps:g}", flush=True)

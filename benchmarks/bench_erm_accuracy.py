@@ -165,7 +165,9 @@ def _fit_estimator(
         ).fit(Xtr, ytr)  # fmt: skip
         metric = float(np.mean((est.predict(Xte) - yte) ** 2))
     else:
-        est = DPLogisticRegression(epsilon=eps, delta=delta, feature_norm=1.0, rng=seed, **relation).fit(Xtr, ytr)
+        est = DPLogisticRegression(epsilon=eps, delta=delta, feature_norm=1.0, rng=seed, **relation).fit(
+            Xtr, ytr
+        )
         metric = float(est.score(Xte, yte))
     out = {"metric": metric, "solver": est.solver_, "eps_spent": est.privacy_spent_.epsilon}
     if task == "linear_regression":
@@ -179,8 +181,14 @@ def _fit_auto(
     """``minimize(problem, X, y, budget=..., rng=...)`` with ``method="auto"``, scored on the test split."""
     Xtr, ytr, Xte, yte = data
     X = Xtr if _is_lasso(task) else _augment(Xtr)
-    res = minimize(_problem(task, "dp_sgd", Xtr.shape[1]), X, ytr, budget=Budget(eps, delta), rng=seed, **relation)
-    return {"metric": _score(task, res.solution, Xte, yte), "solver": res.method, "eps_spent": res.privacy.epsilon}
+    res = minimize(
+        _problem(task, "dp_sgd", Xtr.shape[1]), X, ytr, budget=Budget(eps, delta), rng=seed, **relation
+    )
+    return {
+        "metric": _score(task, res.solution, Xte, yte),
+        "solver": res.method,
+        "eps_spent": res.privacy.epsilon,
+    }
 
 
 def fit_default(
@@ -279,7 +287,9 @@ def fit_dpsgd(
         G *= (1.0 / np.maximum(1.0, norms))[:, None]
         g = (G.sum(axis=0) + rng.normal(0.0, sigma, d)) / expected
         theta -= 1.0 * g
-        if task == "sparse_lasso":  # the textbook method is unconstrained; the LASSO task declares the l1 ball
+        if (
+            task == "sparse_lasso"
+        ):  # the textbook method is unconstrained; the LASSO task declares the l1 ball
             from dpopt.problems import project_l1_ball
 
             theta = project_l1_ball(theta, 1.0)
@@ -388,7 +398,8 @@ def run(args: argparse.Namespace) -> None:
         todo = [
             j
             for j in todo
-            if (j[1] in keep or (j[1].endswith(AR_SUFFIX) and AR_SUFFIX in keep)) and (j[3] > 0 or "pure" in keep)
+            if (j[1] in keep or (j[1].endswith(AR_SUFFIX) and AR_SUFFIX in keep))
+            and (j[3] > 0 or "pure" in keep)
         ]
     if args.seed_major:  # every ε at seed 0, then seed 1, ...: a run cut short covers every ε
         todo.sort(key=lambda j: (j[0], j[4]))
@@ -598,7 +609,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--methods-only", action="store_true", help="fit only the registered methods")
     ap.add_argument("--defaults-only", action="store_true", help="fit everything but the registered methods")
     ap.add_argument(
-        "--competitors", default="", help="comma-separated competitors to fit (default: all; 'pure' keeps δ = 0)"
+        "--competitors",
+        default="",
+        help="comma-separated competitors to fit (default: all; 'pure' keeps δ = 0)",
     )
     ap.add_argument("--ar-method-seeds", type=int, default=0, help="seeds for every method under add/remove")
     ap.add_argument("--seed-major", action="store_true", help="fit seed by seed (every ε per seed)")
@@ -621,7 +634,9 @@ def main(argv: list[str] | None = None) -> None:
     records = [
         r
         for r in load_records(Path(args.out))
-        if float(r["eps"]) in set(args.epsilons) and r["seed"] < args.seeds and r["task"] in args.tasks.split(",")
+        if float(r["eps"]) in set(args.epsilons)
+        and r["seed"] < args.seeds
+        and r["task"] in args.tasks.split(",")
     ]
     print(summarize(records, tuple(args.epsilons)))
     if args.plot:

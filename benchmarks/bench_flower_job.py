@@ -111,8 +111,11 @@ def main() -> None:
         for k, v in out.items():
             print(f"{k:>20}: {v:8.3f} s (wall)")
         for name in ("inprocess", "processes", "ray"):
-            per = (out[f"{name} run +{extra}"] - out[f"{name} run" + (" again" if name == "ray" else "")]) / extra
+            per = (
+                out[f"{name} run +{extra}"] - out[f"{name} run" + (" again" if name == "ray" else "")]
+            ) / extra
             print(f"{name:>20}: {per:8.3f} s per additional ADMM round (wall)")
+
 
 if __name__ == "__main__":
     main()

@@ -53,11 +53,15 @@ from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--suite", choices=("strategy", "census", "marginals", "nonneg"), default="strategy")
     parser.add_argument("--n", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--m", type=int, default=1024)
-    parser.add_argument("--tol", type=float, nargs="+", default=[1e-3], help="one row per tolerance (same process)")
+    parser.add_argument(
+        "--tol", type=float, nargs="+", default=[1e-3], help="one row per tolerance (same process)"
+    )
     parser.add_argument("--paper", action="store_true", help="also run method='paper' (COA listing)")
     parser.add_argument("--newton", action="store_true", help="also run method='newton'")
     parser.add_argument("--workloads", nargs="+", default=["prefix", "all_range", "ranges", "marginals"])
@@ -97,7 +101,18 @@ def _strategy(args: argparse.Namespace) -> int:
     }
     methods = ["dual"] + (["paper"] if args.paper else []) + (["newton"] if args.newton else [])
     table = Table(title=f"optimize_strategy, BLAS threads={args.threads}")
-    for col in ("workload", "n", "method", "tol", "objective", "lower bound", "gap", "iters", "status", "CPU s"):
+    for col in (
+        "workload",
+        "n",
+        "method",
+        "tol",
+        "objective",
+        "lower bound",
+        "gap",
+        "iters",
+        "status",
+        "CPU s",
+    ):
         table.add_column(col, justify="right" if col not in ("workload", "method", "status") else "left")
     console = Console(width=160)
     for n in args.n:
@@ -255,7 +270,13 @@ def _nonneg(args: argparse.Namespace) -> int:
                 ls = answer(W, records, budget=b, rng=s, strategy=res, accountant=make_accountant("rdp"))
                 t0 = time.process_time()
                 nn = answer(
-                    W, records, budget=b, rng=s, strategy=res, accountant=make_accountant("rdp"), nonnegative=True
+                    W,
+                    records,
+                    budget=b,
+                    rng=s,
+                    strategy=res,
+                    accountant=make_accountant("rdp"),
+                    nonnegative=True,
                 )
                 t_nn += time.process_time() - t0
                 err["least squares"].append(float(np.sum((ls.values - truth) ** 2)))
@@ -324,7 +345,11 @@ def _marginals(args: argparse.Namespace) -> int:
             return optimize_strategy(wl.Marginals(shape, subsets)).objective
 
         t_ours, obj = _best_time(ours, args.repeat)
-        row: dict[str, Any] = {"workload": label, "cells": f"{math.prod(shape):.3g}", "dpopt CPU ms": 1e3 * t_ours}
+        row: dict[str, Any] = {
+            "workload": label,
+            "cells": f"{math.prod(shape):.3g}",
+            "dpopt CPU ms": 1e3 * t_ours,
+        }
         if rp is not None:
 
             def theirs(shape: tuple[int, ...] = shape, k: int = k) -> float:

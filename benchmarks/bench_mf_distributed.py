@@ -67,7 +67,11 @@ GRIDS = {  # ridge candidates on each library's own scale
     "spark": [0.003, 0.01, 0.03],  # Spark scales regParam by each user's / item's rating count
     "spark-centred": [0.003, 0.01, 0.03],
 }
-BIASES = {"dpopt-ray": [True, "mean"], "dpopt-ray-als": [True, "mean"], "dpopt": [True, "mean"]}  # bias settings the validation chooses from
+BIASES = {
+    "dpopt-ray": [True, "mean"],
+    "dpopt-ray-als": [True, "mean"],
+    "dpopt": [True, "mean"],
+}  # bias settings the validation chooses from
 QUICK = {"dpopt-ray-als": 2.0, "dpopt-ray": 1.0, "dpopt": 1.0, "spark": 0.01, "spark-centred": 0.01}
 THREADS = 2
 
@@ -246,7 +250,9 @@ def worker(job: dict[str, Any]) -> dict[str, Any]:
     lib, lam = job["lib"], job["lam"]
     if lib.startswith("dpopt"):
         solver = "als_distributed" if lib == "dpopt-ray-als" else "hamsi_distributed"
-        return fit_dpopt(a, b, lam, ray=lib.startswith("dpopt-ray"), bias=job.get("bias", True), solver=solver)
+        return fit_dpopt(
+            a, b, lam, ray=lib.startswith("dpopt-ray"), bias=job.get("bias", True), solver=solver
+        )
     return fit_spark(a, b, lam, centred=lib == "spark-centred")
 
 

@@ -115,8 +115,15 @@ def rmse(pred: np.ndarray, y: np.ndarray) -> float:
 
 # ============================================================================ one fit per library
 def fit_dpopt(
-    train: Any, test: Any, rank: int, lam: float, curve: bool, solver: str = "als",
-    l2_weighting: str = "uniform", l2_bias: float | None = None, bias: bool | str = True,
+    train: Any,
+    test: Any,
+    rank: int,
+    lam: float,
+    curve: bool,
+    solver: str = "als",
+    l2_weighting: str = "uniform",
+    l2_bias: float | None = None,
+    bias: bool | str = True,
 ) -> dict[str, Any]:
     from dpopt.recommender import MFRecommender
 
@@ -257,8 +264,14 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
 def available(lib: str) -> bool:
     try:
         __import__(
-            {"dpopt": "dpopt", "dpopt-hamsi": "dpopt", "dpopt-wr": "dpopt", "dpopt-nobias": "dpopt",
-             "cmfrec": "cmfrec", "surprise": "surprise"}[lib]
+            {
+                "dpopt": "dpopt",
+                "dpopt-hamsi": "dpopt",
+                "dpopt-wr": "dpopt",
+                "dpopt-nobias": "dpopt",
+                "cmfrec": "cmfrec",
+                "surprise": "surprise",
+            }[lib]
         )
     except ImportError:
         return False
@@ -290,7 +303,9 @@ def bench(dataset: str, rank: int, libs: list[str], quick: bool, records: list[d
                 print(f"  tune {lib:8s} lam={lam:<6g}{tag} validation RMSE {out.get('rmse', float('nan')):.4f} "
                       f"({out.get('fit_s', float('nan')):.2f} s) {out.get('error', '')}", flush=True)  # fmt: skip
         val_rmse, lam, bias = min(tuned, key=lambda t: t[0])
-        final = run_job({"lib": lib, "dataset": dataset, "rank": rank, "lam": lam, "kind": "final", "bias": bias})
+        final = run_job(
+            {"lib": lib, "dataset": dataset, "rank": rank, "lam": lam, "kind": "final", "bias": bias}
+        )
         records.append({"dataset": dataset, "rank": rank, "lib": lib, "kind": "final", "lam": lam, "bias": bias,
                         **final})  # fmt: skip
         if "error" in final:

@@ -31,7 +31,9 @@ from dpopt.problems import DataBounds, ERMProblem
 from dpopt.solvers.objective_perturbation import private_objective_perturbation
 
 
-def run(task: str, split: int, noise_seed: int, eps: float, configs: list[tuple[float, float]]) -> dict[str, float]:
+def run(
+    task: str, split: int, noise_seed: int, eps: float, configs: list[tuple[float, float]]
+) -> dict[str, float]:
     Xtr, Xva, ytr, yva = data(task, split)
     ytr, yva = np.where(ytr > 0, 1.0, -1.0), np.where(yva > 0, 1.0, -1.0)
     n, d = Xtr.shape
@@ -58,14 +60,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", choices=("adult", "breast_cancer"), required=True)
     ap.add_argument("--epsilons", type=float, nargs="+", default=[0.1, 0.5, 1.0, 2.0, 5.0])
-    ap.add_argument("--configs", nargs="+", default=["0:0.1", "0:0.05", "0:0.02"], help="share:jacobian_fraction")
+    ap.add_argument(
+        "--configs", nargs="+", default=["0:0.1", "0:0.05", "0:0.02"], help="share:jacobian_fraction"
+    )
     ap.add_argument("--repeats", type=int, default=4, help="noise seeds per split")
     args = ap.parse_args()
     configs = [tuple(float(v) for v in c.split(":")) for c in args.configs]
     splits = range(9) if args.task == "breast_cancer" else range(1)  # Adult: one validation split
     warnings.filterwarnings("ignore")
     for eps in args.epsilons:
-        rows = [run(args.task, s, 5000 + 7 * s + k, eps, configs) for s in splits for k in range(args.repeats)]  # type: ignore[arg-type]
+        rows = [
+            run(args.task, s, 5000 + 7 * s + k, eps, configs) for s in splits for k in range(args.repeats)
+        ]  # type: ignore[arg-type]
         cells = [f"{k}={np.mean([r[k] for r in rows]):.4f}±{np.std([r[k] for r in rows]) / math.sqrt(len(rows)):.4f}"
                  for k in rows[0]]  # fmt: skip
         print(args.task, eps, " ".join(cells), flush=True)

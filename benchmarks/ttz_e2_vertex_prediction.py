@@ -6,6 +6,7 @@ j = argmax_j |g_j + b_j| (g = ∇L(0), b ~ N(0, σ² I), σ from the solver's ca
 P(wrong) = P(j != 0), by Monte Carlo over 4000 noise draws, at each point of the ttz-e2 paper
 sweeps (one fresh data set per point).  docs/reproductions.md (E2) compares it with the records.
 """
+
 import numpy as np
 
 from dpopt.accounting import Budget
@@ -23,5 +24,8 @@ for n, p in pts:
     g = prob.gradient(np.zeros(p), X, y)
     b = sigma * mc.standard_normal((4000, p))
     wrong = np.mean(np.argmax(np.abs(g + b), axis=1) != 0)
-    print(f"n={n:5d} p={p:4d} |g_0|={abs(g[0]):.4f} max_j>0|g_j|={np.abs(g[1:]).max():.4f} sigma={sigma:.5f} "
-          f"sigma*sqrt(2ln2p)={sigma*np.sqrt(2*np.log(2*p)):.4f} P(wrong vertex)={wrong:.3f}", flush=True)
+    print(
+        f"n={n:5d} p={p:4d} |g_0|={abs(g[0]):.4f} max_j>0|g_j|={np.abs(g[1:]).max():.4f} sigma={sigma:.5f} "
+        f"sigma*sqrt(2ln2p)={sigma * np.sqrt(2 * np.log(2 * p)):.4f} P(wrong vertex)={wrong:.3f}",
+        flush=True,
+    )

@@ -24,7 +24,9 @@ from typing import Any
 _KNOWN = ("Could not parse line '{common}'",)
 _RESULTS = "Results"
 _missing: set[str] = set()  # pages listed in nav but not (yet) written
-_ROLE = re.compile(r":(?:py:)?(?:mod|class|func|meth|attr|data|exc|obj|const):<code>(~?)([\w.]+)(\(\))?</code>")
+_ROLE = re.compile(
+    r":(?:py:)?(?:mod|class|func|meth|attr|data|exc|obj|const):<code>(~?)([\w.]+)(\(\))?</code>"
+)
 _LINK = re.compile(r"\[([^\]]+)\]\(((?:\.\./)*)([\w.-]+\.md)(#[^)]*)?\)")
 
 

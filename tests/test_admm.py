@@ -145,7 +145,9 @@ def test_inexact_local_solves_are_certified_and_paid_for() -> None:
     assert rate is not None
     mu = alg.reg / 4 + 2 * alg._penalty * ring(4).degrees[None, :]
     added = 2 * rate * alg.solve_tol / mu
-    np.testing.assert_allclose(np.cumsum(added, axis=0), 0.01 * alg._exact_solve_bound(sizes, alpha), rtol=1e-9)
+    np.testing.assert_allclose(
+        np.cumsum(added, axis=0), 0.01 * alg._exact_solve_bound(sizes, alpha), rtol=1e-9
+    )
     # an uncertifiable absolute tolerance stops the run and names only public settings
     with pytest.raises(LocalSolveError, match="solve_tol=1e-30"):
         PrivateADMM(ring(4), solve_tol=1e-30, local_max_iter=3, **kw).run(data, rng=0)
@@ -153,7 +155,12 @@ def test_inexact_local_solves_are_certified_and_paid_for() -> None:
 
 def test_loose_relative_tolerance_warns_when_the_residual_is_not_paid_for() -> None:
     loose = PrivateADMM(
-        ring(4), method="primal", noise_rate=3.0, max_iter=2, loss_weight=10.0, local_tol=1e-4,
+        ring(4),
+        method="primal",
+        noise_rate=3.0,
+        max_iter=2,
+        loss_weight=10.0,
+        local_tol=1e-4,
         inexact_fraction=0.0,
     )
     with pytest.warns(PrivacyClaimWarning, match="heuristic"):

@@ -40,7 +40,9 @@ def test_constants_scale_with_the_declared_feature_norm() -> None:
     alg = PrivateADMM(ring(4), problem=problem, **KW)
     res = alg.run(data, rng=0)
     sizes = np.array([x.shape[0] for x, _ in data], dtype=float)
-    exact = pp_privacy_bound(alg.penalty_table(), np.full((4, 4), 3.0), ring(4).degrees, sizes, 10.0, 1.0, 2.0)
+    exact = pp_privacy_bound(
+        alg.penalty_table(), np.full((4, 4), 3.0), ring(4).degrees, sizes, 10.0, 1.0, 2.0
+    )
     np.testing.assert_allclose(res.node_privacy_history, 1.01 * exact, rtol=1e-12)
     # the same rows against the default ‖x‖ <= 1 are refused (or clipped on request)
     with pytest.raises(BoundsViolationError, match="feature_norm"):
@@ -67,7 +69,9 @@ def test_squared_loss_runs_non_private_and_is_refused_private() -> None:
         x = g.normal(size=(50, 5)) / 3
         data.append((x, x @ w + 0.1 * g.normal(size=50)))
     problem = ERMProblem("squared", DataBounds(feature_norm=5.0, label_bound=10.0), l2_penalty=1e-3)
-    res = PrivateADMM(ring(4), method="m-admm", problem=problem, max_iter=400, loss_weight=1.0, penalty=0.2, theta=0.2).run(data, rng=0)
+    res = PrivateADMM(
+        ring(4), method="m-admm", problem=problem, max_iter=400, loss_weight=1.0, penalty=0.2, theta=0.2
+    ).run(data, rng=0)
     # the consensus solves the pooled ridge problem Σ_i (C/B_i)Σ½(xᵀf − y)² + ρ/2‖f‖², ρ = C·N·λ
     X = np.vstack([x for x, _ in data])
     Y = np.concatenate([y for _, y in data])

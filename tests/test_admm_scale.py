@@ -29,7 +29,9 @@ def _stack(sizes: list[int], d: int, seed: int) -> NodeStack:
     return NodeStack(X, y, np.array(sizes, dtype=np.int64))
 
 
-def _gradient(st: NodeStack, k: int, f: np.ndarray, cw: float, reg: float, lin, center, pen: float) -> np.ndarray:
+def _gradient(
+    st: NodeStack, k: int, f: np.ndarray, cw: float, reg: float, lin, center, pen: float
+) -> np.ndarray:
     b = int(st.sizes[k])
     x, y = st.X[k, :b], st.y[k, :b]
     s = 1.0 / (1.0 + np.exp(y * (x @ f)))

@@ -27,8 +27,12 @@ def test_schedule_spends_exactly_the_budget_on_every_node() -> None:
     v = np.array([1.0, 2.0, 3.0, 2.0])
     b = np.array([100.0, 400.0, 250.0, 1000.0])
     for eps, floor in ((0.5, 5.0), (5.0, 1.0)):
-        s = public_pp_schedule(eps, degrees=v, sizes=b, loss_weight=10.0, l2_penalty=1e-2, min_noise_rate=floor)
-        p = pp_privacy_bound(np.tile(s.penalty, (s.max_iter, 1)), np.full((s.max_iter, 4), s.noise_rate), v, b, 10.0)
+        s = public_pp_schedule(
+            eps, degrees=v, sizes=b, loss_weight=10.0, l2_penalty=1e-2, min_noise_rate=floor
+        )
+        p = pp_privacy_bound(
+            np.tile(s.penalty, (s.max_iter, 1)), np.full((s.max_iter, 4), s.noise_rate), v, b, 10.0
+        )
         assert np.allclose(p[-1], eps / 1.01, rtol=1e-6) and np.all(p[-1] <= eps / 1.01)
         assert s.noise_rate >= floor and s.theta == s.penalty.min()
         # Thm 4.1's θ-condition holds for every node (ρ/N = Cλ)
@@ -39,7 +43,9 @@ def test_schedule_spends_exactly_the_budget_on_every_node() -> None:
     b2 = np.array([20.0, 5000.0, 5000.0, 5000.0])
     s2 = public_pp_schedule(1.0, degrees=v, sizes=b2, loss_weight=10.0, l2_penalty=1e-3)
     assert np.all(2 * 0.25 < (b2 / 10.0) * (10.0 * 1e-3 + 2 * s2.theta * v))
-    p2 = pp_privacy_bound(np.tile(s2.penalty, (s2.max_iter, 1)), np.full((s2.max_iter, 4), s2.noise_rate), v, b2, 10.0)
+    p2 = pp_privacy_bound(
+        np.tile(s2.penalty, (s2.max_iter, 1)), np.full((s2.max_iter, 4), s2.noise_rate), v, b2, 10.0
+    )
     assert p2[-1].max() == pytest.approx(1.0 / 1.01, rel=1e-6) and np.all(s2.penalty >= s2.theta)
     shared = public_pp_schedule(1.0, degrees=v, sizes=b, loss_weight=10.0, l2_penalty=1e-2, shared=True)
     assert np.all(shared.penalty == shared.penalty.max())
@@ -65,7 +71,9 @@ def test_public_schedule_run_is_calibrated_and_converges() -> None:
     avg = res.round_average(s.average_from)
     assert np.allclose(avg, res.models_history[s.average_from :].mean(axis=(0, 1)))
     with pytest.raises(InvalidParameterError, match="record_models"):
-        PrivateADMM(topo, method="pp", budget=Budget(2.0, 0.0), **s.kwargs(), **common).run(data, rng=0).round_average()
+        PrivateADMM(topo, method="pp", budget=Budget(2.0, 0.0), **s.kwargs(), **common).run(
+            data, rng=0
+        ).round_average()
 
 
 def test_one_round_per_site_noise_spends_exactly_the_budget_per_node() -> None:
@@ -73,7 +81,14 @@ def test_one_round_per_site_noise_spends_exactly_the_budget_per_node() -> None:
     b = np.array([60.0, 400.0, 2500.0, 10000.0])
     eps, lam, c = 2.0, 1e-3, 10.0
     s = public_pp_schedule(
-        eps, degrees=v, sizes=b, loss_weight=c, l2_penalty=lam, n_rounds=1, min_noise_rate=2.0, per_site_noise=True
+        eps,
+        degrees=v,
+        sizes=b,
+        loss_weight=c,
+        l2_penalty=lam,
+        n_rounds=1,
+        min_noise_rate=2.0,
+        per_site_noise=True,
     )
     assert s.noise_rates is not None and s.weights is not None
     # one α_i per node: the floor for small nodes, ε'·B_i·λ/2 − 1.4c₁ (extra ridge ≈ λ) for large ones

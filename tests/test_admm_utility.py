@@ -28,7 +28,7 @@ def test_table_gaps_from_records() -> None:
         {**base, "method": "central", "test_accuracy": 0.9},
         {**base, "method": "DVP", "test_accuracy": None, "note": "refused"},
     ]
-    (_, rows), = tables(recs)
+    ((_, rows),) = tables(recs)
     assert rows[0]["PP"] == 0.75 and rows[0]["DVP"] is None
     assert rows[0]["PP − local"] == 0.15 and rows[0]["central − PP"] == 0.15
 
@@ -45,7 +45,9 @@ def test_public_plan_is_one_weighted_round_and_session2_settings_still_available
     # the noise-free reference gets the same penalties and no noise rate
     kw_m, _, _ = _plan(UtilityConfig(), degrees, sizes, 1.0, "M-ADMM")
     assert "noise_rate" not in kw_m and np.array_equal(kw_m["penalty"], kw["penalty"])
-    old = UtilityConfig(public_rounds=5, min_noise_rate=5.0, per_site_noise=False, weighted=False, progress=1.0)
+    old = UtilityConfig(
+        public_rounds=5, min_noise_rate=5.0, per_site_noise=False, weighted=False, progress=1.0
+    )
     kw_o, start_o, weights_o = _plan(old, degrees, sizes, 1.0, "PP")
     assert kw_o["max_iter"] == 5 and start_o == 3 and weights_o is None and "noise_rate" not in kw_o
     assert isinstance(kw_o["theta"], float)

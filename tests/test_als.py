@@ -159,7 +159,12 @@ def test_distributed_als_equals_als(n_shards: int, bias: bool, weighting: str) -
     train, val = split_ratings(shifted(130, 90, 3, 0.3, rng=2), 0.2, rng=0)
     lam = 2.0 if weighting == "uniform" else 0.05
     p = MatrixFactorizationProblem.from_als_lambda(
-        train, 3, lam, bias=bias, allow_empty=True, l2_weighting=weighting  # type: ignore[arg-type]
+        train,
+        3,
+        lam,
+        bias=bias,
+        allow_empty=True,
+        l2_weighting=weighting,  # type: ignore[arg-type]
     )
     ref = als(p, rng=0, test=val)
     got = als_distributed(p, n_shards, rng=0, test=val)

@@ -99,7 +99,14 @@ def test_a_changed_release_stops_the_resumed_run(tmp_path) -> None:
     # digest-only logs check replays just as well
     d2 = tmp_path / "digests"
     with pytest.raises(Crash):
-        alg.run(data, rng=3, checkpoint_dir=d2, checkpoint_every=4, callback=_crash_at(6), checkpoint_log="digests")
+        alg.run(
+            data,
+            rng=3,
+            checkpoint_dir=d2,
+            checkpoint_every=4,
+            callback=_crash_at(6),
+            checkpoint_log="digests",
+        )
     assert (d2 / "released.log").stat().st_size < 100 * 7
     with pytest.raises(CheckpointError, match="replayed round 5 differs"):
         alg.run(changed, rng=None, checkpoint_dir=d2, resume=True, checkpoint_log="digests")

@@ -37,8 +37,14 @@ def test_list_long_shows_full_descriptions(
     ("argv", "expected"),
     [
         (["answer", "prefix:n=8", "h.csv", "--epsilon", "-1", "--delta", "1e-6"], "--epsilon: must be > 0"),
-        (["answer", "prefix:n=8", "h.csv", "--epsilon", "1", "--delta", "1.5"], "--delta: must lie in [0, 1)"),
-        (["answer", "prefix:n=8", "h.csv", "--epsilon", "1e9", "--delta", "1e-6"], "--epsilon: must be at most"),
+        (
+            ["answer", "prefix:n=8", "h.csv", "--epsilon", "1", "--delta", "1.5"],
+            "--delta: must lie in [0, 1)",
+        ),
+        (
+            ["answer", "prefix:n=8", "h.csv", "--epsilon", "1e9", "--delta", "1e-6"],
+            "--epsilon: must be at most",
+        ),
         (["strategy", "prefix:n=8", "--out", "s.npz", "--tol", "-1"], "--tol: must be"),
         (["reproduce", "tour-mechanisms", "--set", "n_runs=5", "--out", "r"], "--set n_runs: must be"),
         (["strategy", "nope:n=8", "--out", "s.npz"], "workload spec 'nope:n=8': unknown workload"),

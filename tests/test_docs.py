@@ -99,7 +99,12 @@ def test_docs_build_strict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         pytest.skip(f"docs extra not installed ({', '.join(missing)}): python3 -m pip install -e '.[docs]'")
     site = tmp_path / "site"
     assert main(["docs", "--out", str(site)]) == 0, capsys.readouterr().err
-    for page in ("index.html", "privacy/index.html", "reference/accounting/index.html", "changelog/index.html"):
+    for page in (
+        "index.html",
+        "privacy/index.html",
+        "reference/accounting/index.html",
+        "changelog/index.html",
+    ):
         assert (site / page).is_file(), page
     reference = (site / "reference" / "mechanisms" / "index.html").read_text(encoding="utf-8")
     assert "LaplaceMechanism" in reference and "Examples" in reference  # generated from the docstrings

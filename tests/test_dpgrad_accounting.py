@@ -156,8 +156,16 @@ def test_tight_gaussian_poisson_declared_rate_is_add_remove_and_ignores_n():
     """Issue 12 §1: with a declared rate nothing depends on the data's size (n = 2000 vs 1999)."""
     T, m = 200, 20
     plans = [
-        _plan(Budget(1.0, 1e-5), [Segment(T, 1 / T, "sampled")], calibration="tight", family="gaussian",
-              n=n, m=m, sampling="poisson", sampling_rate=0.01)
+        _plan(
+            Budget(1.0, 1e-5),
+            [Segment(T, 1 / T, "sampled")],
+            calibration="tight",
+            family="gaussian",
+            n=n,
+            m=m,
+            sampling="poisson",
+            sampling_rate=0.01,
+        )
         for n in (2000, 1999)
     ]
     for plan in plans:
@@ -166,8 +174,16 @@ def test_tight_gaussian_poisson_declared_rate_is_add_remove_and_ignores_n():
         assert 0.95 < plan.privacy.epsilon <= 1.0
     assert np.array_equal(plans[0].step_scales, plans[1].step_scales)
     lap = [
-        _plan(Budget(1.0), [Segment(T, 1 / T, "sampled")], calibration="tight", family="laplace",
-              n=n, m=m, sampling="poisson", sampling_rate=0.01)
+        _plan(
+            Budget(1.0),
+            [Segment(T, 1 / T, "sampled")],
+            calibration="tight",
+            family="laplace",
+            n=n,
+            m=m,
+            sampling="poisson",
+            sampling_rate=0.01,
+        )
         for n in (2000, 1999)
     ]
     assert lap[0].privacy.neighbouring == "add_remove" and lap[0].sensitivity == pytest.approx(S1 / 2)
@@ -408,4 +424,6 @@ def test_batched_gaussian_relation_is_the_callers_choice_and_says_which():
         dp_gd(PROB, X, y, budget=Budget(1.0), rng=0, iterations=20, batch_size=10, sampling_rate=0.05,
               calibration="paper")  # fmt: skip
     with pytest.raises(InvalidParameterError, match="sampling_rate"):
-        dp_gdws(PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10, sampling_rate=0.05, first_step="full")
+        dp_gdws(
+            PROB, X, y, budget=G, rng=0, iterations=20, batch_size=10, sampling_rate=0.05, first_step="full"
+        )

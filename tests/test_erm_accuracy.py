@@ -163,6 +163,8 @@ def test_pure_epsilon_linear_regression_rule_switches_to_objective_perturbation(
     Xl2 = Xtr / np.sqrt(20)
     kw2 = {**kw, "norm": "l2"}
     assert DPLinearRegression(epsilon=0.5, **kw2).fit(Xl2, ytr).solver_ == "objective_perturbation"
+
+
 # ------------------------------------------------------------------------------------------------ logistic
 
 B_AUG = float(np.hypot(1.0, 0.5))  # rows of norm <= 1 and an intercept column 0.5

@@ -185,10 +185,14 @@ def test_add_remove_objective_perturbation_exact_loss_and_planted_bug(
         res = minimize(_OP_PROB, X, y, method="objective_perturbation", budget=Budget(eps, 0.0), rng=0,
                        neighbouring="add_remove", declared_size=20)  # fmt: skip
         claim = res.privacy.epsilon * (1 - res.parameters["inexact_fraction"])  # the minimiser's share
-        return _exact_privacy_loss(res.parameters["l2_laplace_alpha"], res.parameters["regularization"]), claim
+        return _exact_privacy_loss(
+            res.parameters["l2_laplace_alpha"], res.parameters["regularization"]
+        ), claim
 
     loss, claim = run()
-    assert loss <= claim * (1 + 1e-6) and loss >= 0.6 * claim  # sound, and the pair is close to the worst case
+    assert (
+        loss <= claim * (1 + 1e-6) and loss >= 0.6 * claim
+    )  # sound, and the pair is close to the worst case
     real = op.jacobian_split
 
     def doubled(*args: object, **kwargs: object) -> tuple[float, float]:  # planted: α twice too large
@@ -201,7 +205,9 @@ def test_add_remove_objective_perturbation_exact_loss_and_planted_bug(
 
 
 @pytest.mark.slow
-def test_add_remove_objective_perturbation_sampled_audit_and_planted_bug(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_add_remove_objective_perturbation_sampled_audit_and_planted_bug(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Sampled audit of the real noise draws (2 x 2 x 1500 fits; 4-100 s by machine): no violation of
     ε = 2; the same runs with the noise halved are refuted."""
     import dpopt.solvers.objective_perturbation as op

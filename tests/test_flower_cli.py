@@ -12,7 +12,10 @@ def _site_toml(tmp_path, supernode: str) -> str:
 
 
 def test_site_serve_uses_tls_and_node_key(tmp_path, capsys) -> None:
-    cfg = _site_toml(tmp_path, 'superlink = "10.0.0.1:9200"\nroot_certificates = "ca.crt"\nprivate_key = "site0"\nport = 9300')
+    cfg = _site_toml(
+        tmp_path,
+        'superlink = "10.0.0.1:9200"\nroot_certificates = "ca.crt"\nprivate_key = "site0"\nport = 9300',
+    )
     assert main(["site", "serve", "--config", cfg, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert f"--root-certificates {tmp_path / 'ca.crt'}" in out
@@ -34,7 +37,17 @@ def test_admm_run_refuses_a_federation_without_tls(tmp_path, monkeypatch, capsys
         '[superlink.local]\naddress = "127.0.0.1:9200"\ninsecure = true\n\n'
         f'[superlink.consortium]\naddress = "10.0.0.1:9200"\nroot-certificates = "{tmp_path / "ca.crt"}"\n'
     )
-    args = ["admm", "run", "--job", "jobs:job", "--output", str(tmp_path / "r.npz"), "--app-dir", str(tmp_path / "app"), "--dry-run"]
+    args = [
+        "admm",
+        "run",
+        "--job",
+        "jobs:job",
+        "--output",
+        str(tmp_path / "r.npz"),
+        "--app-dir",
+        str(tmp_path / "app"),
+        "--dry-run",
+    ]
     assert main([*args, "--federation", "local"]) == 2
     assert "without TLS" in capsys.readouterr().err
     assert main([*args, "--federation", "consortium"]) == 0

@@ -38,7 +38,10 @@ def test_allowed_function_cannot_be_called_while_decoding() -> None:
 
     class CallFactory:
         def __reduce__(self):
-            return (make_site_shard, (SiteShardSpec(sites=(Site("x", loader="os:system", kwargs={"command": "true"}),)),))
+            return (
+                make_site_shard,
+                (SiteShardSpec(sites=(Site("x", loader="os:system", kwargs={"command": "true"}),)),),
+            )
 
     with pytest.raises(fe.MessageRefused, match="call a function"):
         fe.safe_loads(pickle.dumps(CallFactory()))
@@ -52,7 +55,9 @@ def test_site_replaces_the_coordinators_loader_and_refuses_foreign_sites() -> No
     with pytest.raises(fe.MessageRefused, match="does not host"):
         fe._localize_sites(SiteShardSpec(sites=(Site("b", loader="/x.npz"),)), local)
     with pytest.raises(fe.MessageRefused, match="factory"):
-        fe.handle_site_message("init", {"shard": 0, "factory": "os:system", "spec": fe.safe_dumps(spec)}, [], {}, local)
+        fe.handle_site_message(
+            "init", {"shard": 0, "factory": "os:system", "spec": fe.safe_dumps(spec)}, [], {}, local
+        )
 
 
 def test_site_config(tmp_path) -> None:
@@ -117,7 +122,9 @@ def _loopback(tmp_path, *, site_keys: bool = False, privacy: str = ""):
         np.savez(tmp_path / f"s{k}.npz", X=ds.X[rows], y=ds.y[rows])
         lines = ([f'noise_key_file = "s{k}.key"'] if site_keys else []) + ([privacy] if privacy else [])
         head = "[privacy]\n" + "\n".join(lines) + "\n" if lines else ""
-        (tmp_path / f"s{k}.toml").write_text(f'{head}[[site]]\nname = "s{k}"\nloader = "{tmp_path / f"s{k}.npz"}"\n')
+        (tmp_path / f"s{k}.toml").write_text(
+            f'{head}[[site]]\nname = "s{k}"\nloader = "{tmp_path / f"s{k}.npz"}"\n'
+        )
         configs.append(tmp_path / f"s{k}.toml")
     return LoopbackGrid(configs)
 
@@ -133,12 +140,21 @@ REMOTE = [Site(f"s{k}", loader="held-by-the-site") for k in range(3)]
 def test_loopback_flower_messages_equal_inprocess(tmp_path) -> None:
     grid = _loopback(tmp_path)
     admm = _admm()
-    ref = admm.run([Site(f"s{k}", loader=str(tmp_path / f"s{k}.npz")) for k in range(3)], rng=3, record_models=True)
+    ref = admm.run(
+        [Site(f"s{k}", loader=str(tmp_path / f"s{k}.npz")) for k in range(3)], rng=3, record_models=True
+    )
     engine = fe.FlowerEngine(grid, n_sites=3)
     res = admm.run(REMOTE, rng=3, engine=engine, record_models=True)
     assert np.array_equal(ref.models, res.models)
     # one message round per start-up and per ADMM round: "describe" and "snapshot" come with the replies
-    assert [w for w, _ in engine.message_rounds] == ["hello", "start-up", "start-up", "round 1", "round 2", "round 3"]
+    assert [w for w, _ in engine.message_rounds] == [
+        "hello",
+        "start-up",
+        "start-up",
+        "round 1",
+        "round 2",
+        "round 3",
+    ]
     assert ref.models_history is not None and res.models_history is not None
     assert np.array_equal(ref.models_history, res.models_history)
     assert ref.privacy.epsilon == res.privacy.epsilon
@@ -147,6 +163,7 @@ def test_loopback_flower_messages_equal_inprocess(tmp_path) -> None:
 def test_site_noise_keys_replace_the_coordinators_key(tmp_path) -> None:
     """A site's noise key is derived from its secret and the run key: the same run replays the
     same noise, another run draws other noise, and the coordinator's key alone does not give it."""
+
     def run(grid, rng):
         return _admm().run(REMOTE, rng=rng, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
 
@@ -155,7 +172,9 @@ def test_site_noise_keys_replace_the_coordinators_key(tmp_path) -> None:
     assert np.array_equal(a.models_history, again.models_history)
     other_run = run(_loopback(tmp_path, site_keys=True), 4)
     assert not np.array_equal(a.models_history[1], other_run.models_history[1])
-    other_sites = run(_loopback(tmp_path / "x", site_keys=True), 3)  # same coordinator key, other site secrets
+    other_sites = run(
+        _loopback(tmp_path / "x", site_keys=True), 3
+    )  # same coordinator key, other site secrets
     assert not np.array_equal(a.models_history[1], other_sites.models_history[1])
     no_keys = run(_loopback(tmp_path / "y"), 3)
     assert not np.array_equal(a.models_history[1], no_keys.models_history[1])
@@ -235,7 +254,9 @@ def test_a_lost_site_that_rejoins_replays_the_same_noise(tmp_path) -> None:
 def test_a_site_restarted_between_rounds_is_restarted_from_the_checkpoint(tmp_path) -> None:
     """Site s2's SuperNode restarts with the same node id between rounds 2 and 3 (its node state is
     gone): round 3 finds no shard there, and the run restarts from the checkpoint as for a lost site."""
-    ref = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(_loopback(tmp_path / "a"), n_sites=3), record_models=True)
+    ref = _admm().run(
+        REMOTE, rng=3, engine=fe.FlowerEngine(_loopback(tmp_path / "a"), n_sites=3), record_models=True
+    )
     grid = _loopback(tmp_path / "b")
     inner = grid.send_and_receive
     seen = {"steps": 0}
@@ -248,7 +269,9 @@ def test_a_site_restarted_between_rounds_is_restarted_from_the_checkpoint(tmp_pa
         return inner(msgs, timeout=timeout)
 
     grid.send_and_receive = restarting
-    res = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3, rejoin_timeout=10.0), record_models=True)
+    res = _admm().run(
+        REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3, rejoin_timeout=10.0), record_models=True
+    )
     assert any("recovered from the checkpoint of round 0" in n for n in res.privacy.notes), res.privacy.notes
     assert np.array_equal(ref.models_history, res.models_history)
 
@@ -266,7 +289,9 @@ def test_a_lost_site_that_does_not_rejoin_stops_the_run_in_bounded_time(tmp_path
 
     grid.send_and_receive = dying
     began = time.monotonic()
-    with pytest.raises(fe.EngineError, match=r"site\(s\) s2 lost at round 2 did not rejoin within rejoin_timeout=1 s"):
+    with pytest.raises(
+        fe.EngineError, match=r"site\(s\) s2 lost at round 2 did not rejoin within rejoin_timeout=1 s"
+    ):
         _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3, rejoin_timeout=1.0))
     assert time.monotonic() - began < 30
 
@@ -346,15 +371,23 @@ def test_a_site_that_pins_its_feature_bound_refuses_smaller_constants_never_its_
     pinned = job.run(REMOTE, rng=3, record_models=True,
                      engine=fe.FlowerEngine(_loopback(tmp_path / "x", privacy="budget = 50.0\nfeature_norm = 0.1"),
                                             n_sites=3))  # fmt: skip
-    plain = job.run(REMOTE, rng=3, record_models=True,
-                    engine=fe.FlowerEngine(_loopback(tmp_path / "y", privacy="budget = 50.0"), n_sites=3))
+    plain = job.run(
+        REMOTE,
+        rng=3,
+        record_models=True,
+        engine=fe.FlowerEngine(_loopback(tmp_path / "y", privacy="budget = 50.0"), n_sites=3),
+    )
     assert pinned.models_history is not None and plain.models_history is not None
     assert np.array_equal(pinned.models_history, plain.models_history)
 
 
 def test_site_policy_is_checked(tmp_path) -> None:
     p = tmp_path / "site.toml"
-    for bad, what in (("budget = -1", "positive"), ('ledger = "x.db"', "needs budget"), ("bugdet = 1", "unknown")):
+    for bad, what in (
+        ("budget = -1", "positive"),
+        ('ledger = "x.db"', "needs budget"),
+        ("bugdet = 1", "unknown"),
+    ):
         p.write_text(f'[privacy]\n{bad}\n[[site]]\nname = "a"\nloader = "a.npz"\n')
         with pytest.raises(fe.InvalidParameterError, match=what):
             fe.load_site_policy(p)
@@ -390,7 +423,9 @@ def test_a_long_lived_site_worker_answers_for_the_clientapp_processes(tmp_path, 
         return reply(m)
 
     grid._reply = via_worker
-    ref = _admm().run([Site(f"s{k}", loader=str(tmp_path / f"s{k}.npz")) for k in range(3)], rng=3, record_models=True)
+    ref = _admm().run(
+        [Site(f"s{k}", loader=str(tmp_path / f"s{k}.npz")) for k in range(3)], rng=3, record_models=True
+    )
     res = _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), record_models=True)
     assert np.array_equal(ref.models_history, res.models_history)
     assert where and set(where) == {"dpopt-site-worker"}  # every request was answered by a worker
@@ -426,7 +461,9 @@ def test_a_crashed_coordinator_resumes_on_the_sites(tmp_path) -> None:
     with pytest.raises(_Crash):
         _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3), checkpoint_dir=tmp_path / "run",
                     checkpoint_every=3, callback=crash, accountant=acc)  # fmt: skip
-    fresh = _loopback(tmp_path / "sites", site_keys=True, privacy="budget = 50.0")  # new site processes, same files
+    fresh = _loopback(
+        tmp_path / "sites", site_keys=True, privacy="budget = 50.0"
+    )  # new site processes, same files
     res = _admm().run(REMOTE, rng=None, engine=fe.FlowerEngine(fresh, n_sites=3), checkpoint_dir=tmp_path / "run",
                       resume=True, record_models=True, accountant=acc)  # fmt: skip
     assert any("rounds 1..2 replayed" in n for n in res.privacy.notes), res.privacy.notes
@@ -525,7 +562,10 @@ def test_site_worker_handshake_is_bounded(tmp_path, monkeypatch) -> None:
 # ----------------------------------------------------------------------------------------------
 
 SITE_KEY = (123456789, 987654321)
-OWN = {0: "penalty = 0.7\npenalty_ratio = 1.2\nnoise_rate = 4.0\nnoise_ratio = 1.1", 1: "epsilon = 0.8\nnoise_ratio = 1.02"}
+OWN = {
+    0: "penalty = 0.7\npenalty_ratio = 1.2\nnoise_rate = 4.0\nnoise_ratio = 1.1",
+    1: "epsilon = 0.8\nnoise_ratio = 1.02",
+}
 
 
 def _own_schedules(tmp_path):
@@ -568,7 +608,9 @@ def _found(blob: bytes, values) -> list[float]:
     """The values (float64) whose 8 bytes occur in ``blob``, little- or big-endian (pickled floats)."""
     import struct
 
-    return [float(v) for v in np.ravel(values) if struct.pack("<d", v) in blob or struct.pack(">d", v) in blob]
+    return [
+        float(v) for v in np.ravel(values) if struct.pack("<d", v) in blob or struct.pack(">d", v) in blob
+    ]
 
 
 def test_a_site_keeps_its_own_schedule_from_the_coordinator(tmp_path, monkeypatch) -> None:
@@ -632,6 +674,7 @@ def test_a_site_keeps_its_own_schedule_from_the_coordinator(tmp_path, monkeypatc
     assert _found(stored, secret) == []
     assert _found(pickle.dumps((dict(res.parameters), res.privacy.notes)), secret) == []
     assert len(_found(b"|".join(traffic), job.penalty_table()[:, 2])) == 3  # the check sees what is sent
+
     # a crashed coordinator resumes from its run directory (which holds no schedule): same rounds
     def crash(info) -> None:
         if info.round == 2:
@@ -645,7 +688,9 @@ def test_a_site_keeps_its_own_schedule_from_the_coordinator(tmp_path, monkeypatc
     assert np.array_equal(ref.models_history, resumed.models_history)
     assert np.array_equal(res.node_privacy, resumed.node_privacy)
     ledger = Ledger("sqlite:///" + str(tmp_path / "sites" / "s0.db"))
-    assert len(ledger.history("s0")) == 3  # same run key (rng=3) as the first run: identical releases, charged once
+    assert (
+        len(ledger.history("s0")) == 3
+    )  # same run key (rng=3) as the first run: identical releases, charged once
     # power: a planted bug (sites put their penalty table into the snapshot they return) is found
     real_snapshot = fe._snapshot
 
@@ -675,7 +720,9 @@ def test_a_site_schedule_is_checked(tmp_path) -> None:
     nonprivate = PrivateADMM(ring(3), method="m-admm", penalty=geometric(0.5, 1.1), theta=0.5, max_iter=3)
     with pytest.raises(fe.InvalidParameterError, match=r"site\(s\) s0, s1 keep their own privacy schedule"):
         nonprivate.run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))
-    (tmp_path / "a" / "s0.toml").write_text((tmp_path / "a" / "s0.toml").read_text().replace("penalty = 0.7", "penalty = 0.3"))
+    (tmp_path / "a" / "s0.toml").write_text(
+        (tmp_path / "a" / "s0.toml").read_text().replace("penalty = 0.7", "penalty = 0.3")
+    )
     with pytest.raises(fe.EngineError, match=r"site s0 \(shard 0\) failed during start-up: MessageRefused: site s0: "
                                              r"refuses the job: its own penalty"):  # fmt: skip
         _admm().run(REMOTE, rng=3, engine=fe.FlowerEngine(grid, n_sites=3))

@@ -79,7 +79,7 @@ def load(name, path):
     return z["X"], z["y"]
 '''
 
-JOB = '''
+JOB = """
 from dpopt.distributed.admm import PrivateADMM, geometric
 from dpopt.distributed.sites import Site
 from dpopt.distributed.topology import ring
@@ -92,7 +92,7 @@ def job():
     sites = [Site(f"site{{k}}", loader="held-by-the-site") for k in range(3)]
     return make_admm(), sites, {{"rng": 3, "record_models": True, "timeout": 45.0, "rejoin_timeout": 180.0,
                                  "checkpoint_dir": "{run_dir}", "resume": True, "checkpoint_every": 1}}
-'''
+"""
 
 
 def _free_port() -> int:
@@ -139,7 +139,9 @@ def _certificates(d: Path) -> tuple[Path, Path, Path]:
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     paths[2].write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
     )
     return paths
 
@@ -151,9 +153,13 @@ def _node_key(d: Path, name: str) -> tuple[Path, Path]:
     key = ec.generate_private_key(ec.SECP384R1())
     priv, pub = d / f"{name}.key", d / f"{name}.pub"
     priv.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption())
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
     )
-    pub.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
+    pub.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    )
     priv.chmod(0o600)
     return priv, pub
 
@@ -208,7 +214,9 @@ def _checkpoint_round(run_dir: Path) -> int:
 
 def _statuses(obj: Any) -> list[str]:
     if isinstance(obj, dict):
-        return [str(v) for k, v in obj.items() if k == "status"] + [x for v in obj.values() for x in _statuses(v)]
+        return [str(v) for k, v in obj.items() if k == "status"] + [
+            x for v in obj.values() for x in _statuses(v)
+        ]
     if isinstance(obj, list):
         return [x for v in obj for x in _statuses(v)]
     return []
@@ -237,14 +245,24 @@ class Federation:
         log = open(self.root / f"{name}.log", "wb")
         self.logs.append(log)
         proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env={**self.env, **env}, cwd=self.root, start_new_session=True
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**self.env, **env},
+            cwd=self.root,
+            start_new_session=True,
         )
         self.procs[name] = proc
         return proc
 
     def flwr(self, *args: str, timeout: float = 120) -> str:
         out = subprocess.run(
-            [str(BIN / "flwr"), *args], env=self.env, cwd=self.root, capture_output=True, timeout=timeout, check=False
+            [str(BIN / "flwr"), *args],
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
         )
         text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
         if out.returncode != 0:
@@ -321,7 +339,8 @@ def federation(tmp_path_factory):
                 f'[supernode]\nsuperlink = "127.0.0.1:{fed.port}"\nroot_certificates = "ca.crt"\n'
                 f'private_key = "{priv.name}"\nport = {_free_port()}\n\n'
                 f'[privacy]\nbudget = {BUDGET}\nledger = "site{k}-ledger.db"\nnoise_key_file = "site{k}.noise-key"\n'
-                + (f"[privacy.schedule]\n{OWN_SCHEDULE}\n" if k == 2 else "") + "\n"
+                + (f"[privacy.schedule]\n{OWN_SCHEDULE}\n" if k == 2 else "")
+                + "\n"
                 f'[[site]]\nname = "site{k}"\nloader = "flower_test_loader:load"\n'
                 f'[site.kwargs]\nname = "site{k}"\npath = "{root / f"site{k}.npz"}"\n'
             )
@@ -450,8 +469,14 @@ def test_flower_run_equals_inprocess(federation) -> None:
         sys.path.remove(str(federation.root))
     got = np.load(out)
     logs = [federation.log(f"site{k}") for k in range(N_SITES)]
-    handler = [float(m) for text in logs for m in re.findall(r"op=(?:init|step|call) handler=([0-9.]+) s", text)]
-    age = [float(m) for text in logs for m in re.findall(r"op=clientapp-start handler=\S+ s process_age=([0-9.]+) s", text)]
+    handler = [
+        float(m) for text in logs for m in re.findall(r"op=(?:init|step|call) handler=([0-9.]+) s", text)
+    ]
+    age = [
+        float(m)
+        for text in logs
+        for m in re.findall(r"op=clientapp-start handler=\S+ s process_age=([0-9.]+) s", text)
+    ]
     rounds = got["message_rounds"].tolist()
     timings = {"flower_run_s": float(got["seconds"]), "dpopt_admm_run_wall_s": wall, "rounds": ROUNDS, "killed": KILL,
                "resumed_run": KILL,
@@ -488,7 +513,9 @@ def test_flower_run_equals_inprocess(federation) -> None:
             break
         time.sleep(5)
     # (--stop-previous stopped the killed run before the resumed one was submitted)
-    assert sorted(statuses) == (["finished:completed", "finished:stopped"] if KILL else ["finished:completed"]), runs
+    assert sorted(statuses) == (
+        ["finished:completed", "finished:stopped"] if KILL else ["finished:completed"]
+    ), runs
     assert not left, [_cmdline(p) for p in left]
     for k in range(N_SITES):  # each site recorded its own rounds; its figure is the coordinator's P_i(T)
         ledger = Ledger("sqlite:///" + str(federation.root / f"site{k}-ledger.db"))
@@ -520,7 +547,9 @@ def test_site_loader_refuses_outside_its_site(federation) -> None:
         sys.path.remove(str(federation.root))
 
 
-@pytest.mark.skipif(not SUPERLINK_CRASH, reason="DPOPT_FLOWER_TEST_SUPERLINK_CRASH=1 runs it (a few more minutes)")
+@pytest.mark.skipif(
+    not SUPERLINK_CRASH, reason="DPOPT_FLOWER_TEST_SUPERLINK_CRASH=1 runs it (a few more minutes)"
+)
 def test_superlink_crash_and_restart(federation) -> None:
     """The coordinator's machine crashes mid-run: SuperLink, its SuperExec and the ServerApp are
     SIGKILLed after round 1, the SuperLink is started again on the same database, and the same
@@ -540,7 +569,11 @@ def test_superlink_crash_and_restart(federation) -> None:
         time.sleep(0.5)
     assert 1 <= _checkpoint_round(run_dir) < ROUNDS
     superlinks = [name for name in federation.procs if name.startswith("superlink")]
-    family = [p for name in superlinks for p in [federation.procs[name].pid, *_descendants(federation.procs[name].pid)]]
+    family = [
+        p
+        for name in superlinks
+        for p in [federation.procs[name].pid, *_descendants(federation.procs[name].pid)]
+    ]
     for name in superlinks:
         federation.kill(name)
     for pid in family:  # the SuperExec and the ServerApp run in sessions of their own

@@ -30,10 +30,24 @@ def test_top_level_surface_is_lazy_and_complete() -> None:
         "import sys, dpopt; heavy = [m for m in ('scipy', 'dp_accounting', 'sklearn') if m in sys.modules]; "
         "print(heavy)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert out.strip() == "[]", "import dpopt must not import the heavy dependencies"
-    for name in ("minimize", "Budget", "answer", "optimize_strategy", "PrivateADMM", "hamsi", "make_accountant",
-                 "DPLogisticRegression", "DPLinearRegression", "DPLasso", "DPOptError", "BudgetExceededError"):
+    for name in (
+        "minimize",
+        "Budget",
+        "answer",
+        "optimize_strategy",
+        "PrivateADMM",
+        "hamsi",
+        "make_accountant",
+        "DPLogisticRegression",
+        "DPLinearRegression",
+        "DPLasso",
+        "DPOptError",
+        "BudgetExceededError",
+    ):
         assert getattr(dpopt, name) is not None
     with pytest.raises(AttributeError):
         dpopt.no_such_name  # noqa: B018
@@ -71,7 +85,9 @@ def test_option_types_and_ranges_are_checked_before_running() -> None:
 def test_unsupported_problem_names_the_methods_that_support_it() -> None:
     X, y = _logistic()
     unconstrained = ERMProblem(LogisticLoss(), DataBounds(1.0))
-    with pytest.raises(InvalidParameterError, match=r"needs a bounded constraint set.*objective_perturbation"):
+    with pytest.raises(
+        InvalidParameterError, match=r"needs a bounded constraint set.*objective_perturbation"
+    ):
         minimize(unconstrained, X, y, method="mirror_descent", budget=Budget(1.0, 1e-5), rng=0)
     no_ridge = ERMProblem(LogisticLoss(), DataBounds(1.0), L2Ball(5))
     # momentum methods run without a ridge (public surrogate ridge); output perturbation needs one
@@ -153,8 +169,15 @@ def test_private_admm_composes_into_the_callers_accountant() -> None:
     ds = make_logistic(300, 4, rng=0)
     parts = split_rows(300, 3, rng=0)
     data = [(ds.X[p], ds.y[p]) for p in parts]
-    admm = PrivateADMM(ring(3), method="pp", penalty=geometric(0.5, 1.1), theta=0.5, budget=Budget(1.0),
-                       noise_ratio=1.05, max_iter=5)
+    admm = PrivateADMM(
+        ring(3),
+        method="pp",
+        penalty=geometric(0.5, 1.1),
+        theta=0.5,
+        budget=Budget(1.0),
+        noise_ratio=1.05,
+        max_iter=5,
+    )
     acct = make_accountant("basic", budget=Budget(1.5), neighbouring="replace_one")
     res = admm.run(data, rng=0, accountant=acct)
     assert len(acct.ledger) == 1 and acct.epsilon() == pytest.approx(res.privacy.epsilon, rel=1e-6)
@@ -180,8 +203,9 @@ def test_erm_callbacks_follow_the_one_protocol(method: str) -> None:
     r = minimize(P, X, y, method=method, budget=Budget(1.0, 1e-5), rng=0, max_iter=20, callback=cb)
     assert r.status == "stopped" and not r.success and r.nit == 4
     assert P.constraint is not None and P.constraint.contains(r.solution, tol=1e-9)
-    full = minimize(P, X, y, method=method, budget=Budget(1.0, 1e-5), rng=0, max_iter=20,
-                    callback=lambda info: False)
+    full = minimize(
+        P, X, y, method=method, budget=Budget(1.0, 1e-5), rng=0, max_iter=20, callback=lambda info: False
+    )
     assert full.status == "completed"
 
 
@@ -190,9 +214,12 @@ def test_secure_rng_is_hardened_or_refused_for_the_perturbation_methods() -> Non
     P = ERMProblem(LogisticLoss(), DataBounds(1.0), L2Ball(5), l2_penalty=0.1)
     acct = make_accountant("pld", budget=Budget(2.0, 1e-4), neighbouring="replace_one")
     with pytest.raises(InvalidParameterError, match="secure"):
-        minimize(P, X, y, method="objective_perturbation", budget=Budget(1.0, 1e-5), rng="secure",
-                 accountant=acct)
+        minimize(
+            P, X, y, method="objective_perturbation", budget=Budget(1.0, 1e-5), rng="secure", accountant=acct
+        )
     assert acct.n_events == 0  # refused before anything was spent
-    r = minimize(P, X, y, method="output_perturbation", budget=Budget(1.0, 1e-5), rng="secure", accountant=acct)
+    r = minimize(
+        P, X, y, method="output_perturbation", budget=Budget(1.0, 1e-5), rng="secure", accountant=acct
+    )
     assert r.status == "converged" and acct.n_events == 1 and P.constraint is not None
     assert P.constraint.contains(r.solution)

@@ -104,7 +104,9 @@ def test_resume_with_another_shard_count_continues_from_the_saved_factors(
     # 10 (reassembled from its shards), whatever the new shard count
     at10 = hamsi_distributed(uncentred, 2, **dict(KW, max_iter=10))
     for n_shards in (1, 3):
-        got = hamsi_distributed(uncentred, n_shards, checkpoint_dir=tmp_path, resume=True, **dict(KW, max_iter=10))
+        got = hamsi_distributed(
+            uncentred, n_shards, checkpoint_dir=tmp_path, resume=True, **dict(KW, max_iter=10)
+        )
         assert np.array_equal(got.U, at10.U) and np.array_equal(got.V, at10.V)
     seen: list[int] = []
     res = hamsi_distributed(

@@ -387,7 +387,7 @@ def test_altered_history_is_detected(ledger: Ledger, tmp_path: Path) -> None:
 def test_tampered_release_is_reported_not_used(ledger: Ledger, tmp_path: Path) -> None:
     ledger.accountant("census").compose(LaplaceEvent(8.0))
     with sqlite3.connect(tmp_path / "ledger.db") as conn:
-        conn.execute("UPDATE dpopt_releases SET event = '{\"type\": \"LaplaceEvent\", \"scale\": -1}'")
+        conn.execute('UPDATE dpopt_releases SET event = \'{"type": "LaplaceEvent", "scale": -1}\'')
     fresh = Ledger(ledger._backend.url)
     with pytest.raises(LedgerSchemaError, match=r"release 1 is unreadable.*scale"):
         fresh.accountant("census").epsilon()

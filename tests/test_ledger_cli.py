@@ -43,17 +43,37 @@ def test_init_add_show_with_the_default_path(capsys: pytest.CaptureFixture[str],
     assert "ledger: dpopt-ledger.db (schema 1, 0 datasets)" in capsys.readouterr().out
     assert main(["ledger", "init"]) == 0  # idempotent
     capsys.readouterr()
-    assert main(["ledger", "add-dataset", "survey", "--epsilon", "2", "--delta", "1e-6",
-                 "--neighbouring", "replace_one", "--description", "the 2026 survey"]) == 0
-    assert "dataset survey: budget (ε=2, δ=1e-06), replace_one neighbours, pld accountant" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "ledger",
+                "add-dataset",
+                "survey",
+                "--epsilon",
+                "2",
+                "--delta",
+                "1e-6",
+                "--neighbouring",
+                "replace_one",
+                "--description",
+                "the 2026 survey",
+            ]
+        )
+        == 0
+    )
+    assert (
+        "dataset survey: budget (ε=2, δ=1e-06), replace_one neighbours, pld accountant"
+        in capsys.readouterr().out
+    )
     assert main(["ledger", "show"]) == 0
     out = capsys.readouterr().out
     assert "survey" in out and "ε=2 δ=1e-06" in out and "the 2026 survey" in out
     assert max(len(line) for line in out.splitlines()) <= 80
 
 
-def test_relative_paths_urls_and_env(capsys: pytest.CaptureFixture[str], in_tmp: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_paths_urls_and_env(
+    capsys: pytest.CaptureFixture[str], in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (in_tmp / "sub").mkdir()
     assert main(["ledger", "init", "--ledger", "sub/team.db"]) == 0
     assert (in_tmp / "sub" / "team.db").is_file()
@@ -93,8 +113,19 @@ def test_answer_charges_the_dataset_and_is_refused_when_over(capsys: pytest.Capt
     _histogram()
     assert main(["ledger", "init"]) == 0
     assert main(["ledger", "add-dataset", "counts", "--epsilon", "1", "--delta", "1e-6"]) == 0
-    base = ["answer", "prefix:n=16", "counts.txt", "--delta", "1e-7", "--seed", "1",
-            "--ledger", "dpopt-ledger.db", "--dataset", "counts"]
+    base = [
+        "answer",
+        "prefix:n=16",
+        "counts.txt",
+        "--delta",
+        "1e-7",
+        "--seed",
+        "1",
+        "--ledger",
+        "dpopt-ledger.db",
+        "--dataset",
+        "counts",
+    ]
     assert main([*base, "--epsilon", "0.5", "--out", "a1.csv"]) == 0
     assert "ledger: 1 release(s) recorded on dataset counts (seq 1, adding ε=0.444" in capsys.readouterr().out
     assert main([*base, "--epsilon", "0.5", "--out", "a2.csv"]) == 0
@@ -111,8 +142,24 @@ def test_answer_charges_the_dataset_and_is_refused_when_over(capsys: pytest.Capt
     # the relation must match the dataset's; one of --ledger/--dataset alone is an error
     assert main([*base, "--epsilon", "0.1", "--out", "a4.csv", "--neighbouring", "replace_one"]) == 2
     assert "--neighbouring add_remove" in _error(capsys)
-    assert main(["answer", "prefix:n=16", "counts.txt", "--epsilon", "0.1", "--delta", "1e-7",
-                 "--dataset", "counts", "--out", "a5.csv"]) == 2
+    assert (
+        main(
+            [
+                "answer",
+                "prefix:n=16",
+                "counts.txt",
+                "--epsilon",
+                "0.1",
+                "--delta",
+                "1e-7",
+                "--dataset",
+                "counts",
+                "--out",
+                "a5.csv",
+            ]
+        )
+        == 2
+    )
     assert "--ledger URL and --dataset NAME go together" in _error(capsys)
     assert len(Ledger("dpopt-ledger.db").history("counts")) == 2
 
@@ -135,10 +182,16 @@ def _plot(records: Sequence[dict[str, Any]], out_dir: Path) -> list[Path]:
 
 @pytest.fixture
 def private_demo() -> Iterator[str]:
-    registry.register(registry.Experiment(
-        name="ledger-demo", description="Ledger demo.", seed_doc="tests", run=_private_run,
-        configs={"quick": _Cfg(3), "paper": _Cfg(30)}, plot=_plot,
-    ))
+    registry.register(
+        registry.Experiment(
+            name="ledger-demo",
+            description="Ledger demo.",
+            seed_doc="tests",
+            run=_private_run,
+            configs={"quick": _Cfg(3), "paper": _Cfg(30)},
+            plot=_plot,
+        )
+    )
     yield "ledger-demo"
     registry.unregister("ledger-demo")
 
@@ -146,7 +199,16 @@ def private_demo() -> Iterator[str]:
 def test_reproduce_charges_every_release(private_demo: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["ledger", "init", "--ledger", "sqlite:///l.db"]) == 0
     assert main(["ledger", "add-dataset", "demo", "--epsilon", "0.5", "--ledger", "l.db"]) == 0
-    argv = ["reproduce", private_demo, "--no-progress", "--no-report", "--ledger", "l.db", "--dataset", "demo"]
+    argv = [
+        "reproduce",
+        private_demo,
+        "--no-progress",
+        "--no-report",
+        "--ledger",
+        "l.db",
+        "--dataset",
+        "demo",
+    ]
     assert main([*argv, "--out", "run1"]) == 0
     out = capsys.readouterr().out
     assert "ledger: 3 release(s) recorded on dataset demo (seq 1-3, adding ε=0.3)" in out

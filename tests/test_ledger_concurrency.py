@@ -89,7 +89,9 @@ def pg_server() -> Iterator[str]:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([*prefix, *args], capture_output=True, text=True, timeout=90, check=False)
 
-    init = run(os.path.join(bindir, "initdb"), "-D", data, "-U", "dpopt", "-A", "trust", "-E", "UTF8", "--no-sync")
+    init = run(
+        os.path.join(bindir, "initdb"), "-D", data, "-U", "dpopt", "-A", "trust", "-E", "UTF8", "--no-sync"
+    )
     if init.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)
         pytest.skip(f"initdb failed: {init.stderr.strip()[-300:]}")

@@ -511,7 +511,9 @@ def test_factor_evaluator_matches_the_dense_one():
     tr_f, diag_f = fact.evaluate(y)
     _, sig, Pt = np.linalg.svd(F * np.sqrt(y), full_matrices=False)  # reference: M = P diag(sig) Pᵀ
     assert tr_f == pytest.approx(sig.sum(), rel=1e-12)  # the dense one is within ~1e-7 (null space)
-    assert tr_d == pytest.approx(sig.sum(), rel=1e-6) and tr_f != pytest.approx(sig.sum() * (1 + 1e-9), rel=1e-12)
+    assert tr_d == pytest.approx(sig.sum(), rel=1e-6) and tr_f != pytest.approx(
+        sig.sum() * (1 + 1e-9), rel=1e-12
+    )
     np.testing.assert_allclose(diag_f, np.einsum("ji,j,ji->i", Pt, sig, Pt), rtol=1e-10, atol=1e-14)
     np.testing.assert_allclose(diag_f, diag_d, rtol=1e-5, atol=1e-6)
     M = (Pt.T * sig) @ Pt
@@ -562,7 +564,9 @@ def test_tridiagonal_certificate_relative_allowance(make):
     d, e = _tridiagonal_inverse(W, n)
     y = np.exp(np.random.default_rng(7).uniform(np.log(1e-5), np.log(1e2), n))  # badly scaled
     s = np.sqrt(y)
-    exact = np.sum(np.sqrt(np.clip(np.linalg.eigvalsh(s[:, None] * V * s[None, :]), 0.0, None))) ** 2 / y.sum()
+    exact = (
+        np.sum(np.sqrt(np.clip(np.linalg.eigvalsh(s[:, None] * V * s[None, :]), 0.0, None))) ** 2 / y.sum()
+    )
     absolute = tridiagonal_dual_bound(d, e, y)
     relative = tridiagonal_dual_bound(d, e, y, gram_norm=norm)
     assert absolute <= relative <= exact

@@ -235,7 +235,12 @@ def test_biased_model_loss_gradient_and_fixed_columns() -> None:
     np.testing.assert_allclose(g[mask], fd[mask], rtol=1e-6, atol=1e-8)
     # split / augment round trip; plain factors are accepted where working factors are expected
     U2, V2, bu2, bi2 = p.split(Uw, Vw)
-    assert np.array_equal(U2, U) and np.array_equal(V2, V) and np.array_equal(bu2, bu) and np.array_equal(bi2, bi)
+    assert (
+        np.array_equal(U2, U)
+        and np.array_equal(V2, V)
+        and np.array_equal(bu2, bu)
+        and np.array_equal(bi2, bi)
+    )
     assert p.loss(U, V) == pytest.approx(p.loss(*p.augment(U, V)))
 
 

@@ -50,7 +50,8 @@ def test_sensitivity_matches_hand_computation(B, lam):
     assert radius == pytest.approx(R, rel=1e-6)
     assert lip == pytest.approx(L, rel=1e-6)
     assert output_perturbation_sensitivity(prob, n, 3, tol=tol) == pytest.approx(
-        2 * L / (n * lam) + 2 * tol / lam, rel=1e-6  # unconstrained: ‖θ̂ − θ*‖ <= tol/λ per dataset
+        2 * L / (n * lam) + 2 * tol / lam,
+        rel=1e-6,  # unconstrained: ‖θ̂ − θ*‖ <= tol/λ per dataset
     )
     if lam >= 10:  # strongly regularised: the Lipschitz bound is close to B/2, not B
         assert lip < 0.6 * B

@@ -46,7 +46,9 @@ def _log_mixture(x: np.ndarray, comps: list[tuple[float, float, float]]) -> np.n
     return logsumexp(np.stack(terms), axis=0)
 
 
-def exact_epsilon(P: list[tuple[float, float, float]], Q: list[tuple[float, float, float]], delta: float) -> float:
+def exact_epsilon(
+    P: list[tuple[float, float, float]], Q: list[tuple[float, float, float]], delta: float
+) -> float:
     """Smallest ε with max(H_{e^ε}(P‖Q), H_{e^ε}(Q‖P)) <= δ, by numerical integration."""
     span = max(abs(mu) + 45 * sd for _, mu, sd in P + Q)
     x = np.linspace(-span, span, 120_001)

@@ -208,7 +208,9 @@ def _with_effects(r: Ratings, scale: float, rng: int = 0) -> Ratings:
     """``r`` plus user and item effects of standard deviation ``scale``."""
     g = np.random.default_rng(rng)
     p, q = scale * g.standard_normal(r.shape[0]), scale * g.standard_normal(r.shape[1])
-    return Ratings(rows=r.rows, cols=r.cols, values=r.values + p[r.rows] + q[r.cols], shape=r.shape, name="fx")
+    return Ratings(
+        rows=r.rows, cols=r.cols, values=r.values + p[r.rows] + q[r.cols], shape=r.shape, name="fx"
+    )
 
 
 def test_validation_decides_whether_to_fit_biases() -> None:

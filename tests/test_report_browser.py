@@ -86,9 +86,7 @@ def test_tour_report_renders_in_a_browser(tour_report: Path, width: int) -> None
             page = browser.new_page(viewport={"width": width, "height": 900})
             page.goto(tour_report.as_uri(), wait_until="load", timeout=60_000)
             page.evaluate("() => [...document.images].forEach(i => i.loading = 'eager')")
-            page.wait_for_function(
-                "() => [...document.images].every(i => i.complete)", timeout=30_000
-            )
+            page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=30_000)
             result = page.evaluate(_CHECKS)
             if keep:
                 Path(keep).mkdir(parents=True, exist_ok=True)

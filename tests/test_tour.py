@@ -68,7 +68,9 @@ def test_tour_report_reads_as_a_report(tmp_path: Path) -> None:
     small = TourConfig(n_runs=1_000, n_runs_selection=200, steps=(1,))
     registry.register(dataclasses.replace(original, configs={"quick": small, "paper": small}), replace=True)
     try:
-        run = run_experiment("tour-mechanisms", seeds=(0,), out_dir=tmp_path / "tour-mechanisms", progress=False)
+        run = run_experiment(
+            "tour-mechanisms", seeds=(0,), out_dir=tmp_path / "tour-mechanisms", progress=False
+        )
     finally:
         registry.register(original, replace=True)
     report = write_report(tmp_path, title="dpopt tour", intro=INTRO)

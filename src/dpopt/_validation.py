@@ -100,7 +100,9 @@ def _ragged(value: Any) -> str | None:
             first = len(seqs[0])
             bad = next(i for i, v in enumerate(seqs) if len(v) != first)
             if depth == 1:
-                return f"rows have different lengths (row {bad} has {len(seqs[bad])} entries, row 0 has {first})"
+                return (
+                    f"rows have different lengths (row {bad} has {len(seqs[bad])} entries, row 0 has {first})"
+                )
             return f"nested sequences at depth {depth} have different lengths"
         level = [x for v in seqs for x in v]
         depth += 1

@@ -284,7 +284,9 @@ def _load_workload(text: str, *, allow_zero_columns: bool = False, schema: Any =
             return workloads.load(path, allow_zero_columns=allow_zero_columns)
         except DPOptError as exc:
             if "allow_zero_columns=True" in str(exc):  # name the command's flag, not the API's
-                raise _UsageError(str(exc).replace("allow_zero_columns=True", "--allow-zero-columns")) from None
+                raise _UsageError(
+                    str(exc).replace("allow_zero_columns=True", "--allow-zero-columns")
+                ) from None
             raise
         except (ValueError, EOFError, zipfile.BadZipFile) as exc:  # unparsable file contents
             raise _UsageError(f"workload file {text}: could not read a numeric matrix ({exc})") from None
@@ -685,7 +687,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="where to write the site (default: site/ in the repository)")
     p.add_argument("--config", metavar="FILE", help="the mkdocs.yml to build (default: the repository's)")
     p.add_argument(
-        "--timeout", type=float, default=600.0, metavar="SECONDS", help="give up after this long (default 600)"
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="give up after this long (default 600)",
     )
     p.set_defaults(func=_cmd_docs)
 
@@ -829,9 +835,9 @@ def _cli_terms(message: str, args: argparse.Namespace | None) -> str:
     flags: dict[str, str] = getattr(args, "_flags", None) or {}
     settings = {key for key, _ in getattr(args, "set", None) or []}
     if name in settings:
-        return f"--set {name}: {message[m.end():]}"
+        return f"--set {name}: {message[m.end() :]}"
     if name in flags:
-        return f"{flags[name]}: {message[m.end():]}"
+        return f"{flags[name]}: {message[m.end() :]}"
     return message
 
 

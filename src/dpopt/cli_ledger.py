@@ -101,7 +101,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
     datasets = (ledger.dataset(args.name),) if args.name else ledger.datasets()
     console = _console()
     if not datasets:
-        console.print(f"ledger {ledger.url}: no datasets yet (dpopt ledger add-dataset NAME ...)", markup=False)
+        console.print(
+            f"ledger {ledger.url}: no datasets yet (dpopt ledger add-dataset NAME ...)", markup=False
+        )
         return 0
     table = Table(title=f"ledger {ledger.url}", title_justify="left")
     table.add_column("dataset", style="bold", overflow="fold")
@@ -218,7 +220,9 @@ def add_ledger_parser(sub: Any) -> None:
     q = lsub.add_parser("add-dataset", help="register a dataset with its total budget")
     q.add_argument("name", metavar="NAME", help="dataset name (letters, digits, _ . : @ + / -)")
     q.add_argument("--epsilon", type=float, required=True, metavar="E", help="total budget ε > 0")
-    q.add_argument("--delta", type=float, default=0.0, metavar="D", help="total budget 0 <= δ < 1 (default 0)")
+    q.add_argument(
+        "--delta", type=float, default=0.0, metavar="D", help="total budget 0 <= δ < 1 (default 0)"
+    )
     q.add_argument(
         "--neighbouring",
         choices=("add_remove", "replace_one"),
@@ -243,7 +247,10 @@ def add_ledger_parser(sub: Any) -> None:
     q = lsub.add_parser("history", help="every release recorded on a dataset")
     q.add_argument("name", metavar="NAME")
     q.add_argument(
-        "--limit", type=int, default=_HISTORY_ROWS, metavar="N",
+        "--limit",
+        type=int,
+        default=_HISTORY_ROWS,
+        metavar="N",
         help=f"show the last N releases (default {_HISTORY_ROWS}; 0: all)",
     )
     _add_url(q)

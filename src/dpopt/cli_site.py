@@ -51,13 +51,19 @@ _CONNECTED_FOR = 60.0
 
 
 def _tool(name: str) -> str:
-    found = shutil.which(name) or (str(Path(sys.executable).parent / name) if (Path(sys.executable).parent / name).exists() else None)
+    found = shutil.which(name) or (
+        str(Path(sys.executable).parent / name) if (Path(sys.executable).parent / name).exists() else None
+    )
     if found is None:
-        raise InvalidParameterError(f"{name} not found: install the Flower extra (pip install 'dpopt[flower]')")
+        raise InvalidParameterError(
+            f"{name} not found: install the Flower extra (pip install 'dpopt[flower]')"
+        )
     return found
 
 
-def supernode_command(config: str | Path, *, insecure: bool = False, executable: str = "flower-supernode") -> list[str]:
+def supernode_command(
+    config: str | Path, *, insecure: bool = False, executable: str = "flower-supernode"
+) -> list[str]:
     """The ``flower-supernode`` command line for a site's ``site.toml`` (see the module docstring)."""
     from dpopt.distributed.flower_engine import NODE_CONFIG_KEY, load_site_config, load_site_policy
 
@@ -68,7 +74,7 @@ def supernode_command(config: str | Path, *, insecure: bool = False, executable:
     load_site_policy(path)  # and so must [privacy] (cap, ledger, own schedule, noise key)
     node: dict[str, Any] = raw.get("supernode", {})
     if not isinstance(node, dict) or "superlink" not in node:
-        raise InvalidParameterError(f"{path}: needs a [supernode] table with superlink = \"host:port\"")
+        raise InvalidParameterError(f'{path}: needs a [supernode] table with superlink = "host:port"')
 
     def rel(p: str) -> str:
         q = Path(p)
@@ -105,7 +111,13 @@ def _flwr_config(federation: str) -> dict[str, Any]:
 
 
 def admm_run_command(
-    federation: str, job: str, output: str | Path, app_dir: str | Path, *, insecure: bool = False, executable: str = "flwr"
+    federation: str,
+    job: str,
+    output: str | Path,
+    app_dir: str | Path,
+    *,
+    insecure: bool = False,
+    executable: str = "flwr",
 ) -> list[str]:
     """The ``flwr run`` command line of ``dpopt admm run`` (writes the app bundle into ``app_dir``)."""
     from dpopt.distributed.flower_engine import write_app
@@ -119,7 +131,14 @@ def admm_run_command(
     if ":" not in job or "'" in job or "'" in str(output):
         raise InvalidParameterError("--job: use 'package.module:function'")
     app = write_app(app_dir)
-    return [executable, "run", str(app), federation, "--run-config", f"job='{job}' output='{Path(output).resolve()}'"]
+    return [
+        executable,
+        "run",
+        str(app),
+        federation,
+        "--run-config",
+        f"job='{job}' output='{Path(output).resolve()}'",
+    ]
 
 
 def _cmd_site_serve(args: argparse.Namespace) -> int:
@@ -219,7 +238,10 @@ def _previous_run(flwr: str, federation: str, out: Path, *, stop: bool) -> None:
         return
     done = subprocess.run([flwr, "stop", previous, federation], capture_output=True, timeout=120, check=False)
     said = "stopped" if done.returncode == 0 else f"could not stop (exit {done.returncode})"
-    print(f"dpopt admm run: {said} the previous Flower run {previous} for {out.name} ({status})", file=sys.stderr)
+    print(
+        f"dpopt admm run: {said} the previous Flower run {previous} for {out.name} ({status})",
+        file=sys.stderr,
+    )
 
 
 def _cmd_admm_run(args: argparse.Namespace) -> int:
@@ -280,8 +302,11 @@ def add_site_parsers(sub: Any) -> None:
     q.add_argument("--config", required=True, help="the site's site.toml ([supernode] and [[site]] tables)")
     q.add_argument("--insecure", action="store_true", help="no TLS and no node key: local tests only")
     q.add_argument("--dry-run", action="store_true", help="print the SuperNode command line and exit")
-    q.add_argument("--no-worker", action="store_true",
-                   help="no long-lived site worker: every message loads the rows in its own ClientApp process")
+    q.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="no long-lived site worker: every message loads the rows in its own ClientApp process",
+    )
     q.add_argument("--retry-for", type=float, default=300.0,
                    help="seconds to keep restarting a SuperNode that stops with an error, e.g. one that cannot "
                         "activate after a crash while the SuperLink still holds its registration (default 300)")  # fmt: skip
@@ -291,10 +316,16 @@ def add_site_parsers(sub: Any) -> None:
     asub = p.add_subparsers(dest="admm_command", metavar="SUBCOMMAND", required=True)
     q = asub.add_parser("run", help="submit a job to a federation and wait for its result")
     q.add_argument("--federation", required=True, help="a [superlink.NAME] of Flower's config.toml")
-    q.add_argument("--job", required=True, help="'package.module:function' returning (admm, sites, run_kwargs)")
+    q.add_argument(
+        "--job", required=True, help="'package.module:function' returning (admm, sites, run_kwargs)"
+    )
     q.add_argument("--output", required=True, help="where the coordinator writes the result (.npz)")
-    q.add_argument("--app-dir", default=None, help="where to write the Flower app bundle (default: a temp dir)")
-    q.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the result (default 3600)")
+    q.add_argument(
+        "--app-dir", default=None, help="where to write the Flower app bundle (default: a temp dir)"
+    )
+    q.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait for the result (default 3600)"
+    )
     q.add_argument("--insecure", action="store_true", help="allow a federation without TLS: local tests only")
     q.add_argument("--dry-run", action="store_true", help="print the flwr command line and exit")
     q.add_argument("--stop-previous", action="store_true",

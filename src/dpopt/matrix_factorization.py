@@ -660,7 +660,8 @@ class MatrixFactorizationProblem:
         if self.l2_weighting == "count":
             nr, nc = self.counts
             return 0.5 * float(
-                np.einsum("i,ij,ij,j->", nr, U_, U_, self._reg_U) + np.einsum("i,ij,ij,j->", nc, V_, V_, self._reg_V)
+                np.einsum("i,ij,ij,j->", nr, U_, U_, self._reg_U)
+                + np.einsum("i,ij,ij,j->", nc, V_, V_, self._reg_V)
             )
         if self.bias:
             return 0.5 * float(

@@ -44,7 +44,15 @@ from dpopt.randomness import RNGLike, as_generator, spawn
 if TYPE_CHECKING:
     from dpopt.solvers.hamsi import HamsiResult
 
-__all__ = ["DEFAULT_L2_PER_STD", "FORMAT", "FORMAT_VERSION", "MFRecommender", "TuningResult", "TuningRow", "tune"]
+__all__ = [
+    "DEFAULT_L2_PER_STD",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MFRecommender",
+    "TuningResult",
+    "TuningRow",
+    "tune",
+]
 
 #: Name and version written into every saved model (``metadata["format"]``, ``["version"]``).
 FORMAT = "dpopt.MFRecommender"
@@ -357,7 +365,14 @@ class MFRecommender(BaseEstimator):
         lam_b = lam if self.l2_bias is None else check_nonneg(self.l2_bias, "l2_bias")
         clip = self._resolve_clip(bounds, train.values)
         problem = MatrixFactorizationProblem.from_als_lambda(
-            train, rank, lam, lam_bias=lam_b, bias=fit_bias, offset=offset, clip=clip, allow_empty=True,
+            train,
+            rank,
+            lam,
+            lam_bias=lam_b,
+            bias=fit_bias,
+            offset=offset,
+            clip=clip,
+            allow_empty=True,
             l2_weighting=self.l2_weighting,
         )
         opts = dict(self.solver_options or {})

@@ -80,7 +80,15 @@ def test_engine_resumes_a_crashed_run_directory(engine: str, run_on, tmp_path) -
         alg.run(data, rng=7, checkpoint_dir=tmp_path, checkpoint_every=2, callback=crash, accountant=acc)
     opts = {"n_shards": 2} if engine == "inprocess" else {"n_workers": 2} if engine == "processes" else {}
     with make_engine(engine, **opts) as eng:
-        res = alg.run(data, rng=None, engine=eng, checkpoint_dir=tmp_path, resume=True, record_models=True, accountant=acc)
+        res = alg.run(
+            data,
+            rng=None,
+            engine=eng,
+            checkpoint_dir=tmp_path,
+            resume=True,
+            record_models=True,
+            accountant=acc,
+        )
     assert res.models_history is not None and ref.models_history is not None
     assert np.array_equal(ref.models_history, res.models_history)
     assert len(acc.ledger) == 1

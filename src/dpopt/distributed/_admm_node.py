@@ -249,7 +249,13 @@ def solve_local_batch(
         gnorm = np.linalg.norm(g, axis=1)
         fn = np.linalg.norm(fi, axis=1)
         sc = np.maximum.reduce(
-            [np.ones(idx.size), data_scale[idx], lin_norm[idx], reg * fn, 2.0 * pen[idx] * (fn + center_norm[idx])]
+            [
+                np.ones(idx.size),
+                data_scale[idx],
+                lin_norm[idx],
+                reg * fn,
+                2.0 * pen[idx] * (fn + center_norm[idx]),
+            ]
         )
         gn[idx], scale[idx] = gnorm, sc
         return np.asarray((gnorm <= tol * sc) & (gnorm <= abs_tol))
@@ -314,7 +320,10 @@ def solve_local_batch(
         for _ in range(40):
             f_new = fw[pending] - t[pending, None] * p[pending]
             z_new = z[pending] - t[pending, None] * xp[pending]
-            ok_ls = phi(f_new, z_new, pending) <= phi0[pending] - 1e-4 * t[pending] * slope[pending] + slack[pending]
+            ok_ls = (
+                phi(f_new, z_new, pending)
+                <= phi0[pending] - 1e-4 * t[pending] * slope[pending] + slack[pending]
+            )
             pending = pending[~ok_ls]
             if pending.size == 0:
                 break
@@ -382,9 +391,18 @@ def solve_local(
     xy = np.asarray(xy, dtype=np.float64)
     stack = NodeStack(xy[None], np.ones((1, xy.shape[0])), np.array([xy.shape[0]], dtype=np.int64))
     f, gn, sc, it = solve_local_batch(
-        stack, np.asarray(f0, dtype=np.float64)[None], loss="logistic", loss_param=0.0,
-        cw=np.array([cw]), reg=reg, lin=np.asarray(lin)[None], center=np.asarray(center)[None],
-        pen=np.array([pen]), tol=tol, max_iter=max_iter, abs_tol=abs_tol,
+        stack,
+        np.asarray(f0, dtype=np.float64)[None],
+        loss="logistic",
+        loss_param=0.0,
+        cw=np.array([cw]),
+        reg=reg,
+        lin=np.asarray(lin)[None],
+        center=np.asarray(center)[None],
+        pen=np.array([pen]),
+        tol=tol,
+        max_iter=max_iter,
+        abs_tol=abs_tol,
     )
     return f[0], float(gn[0]), float(sc[0]), int(it[0])
 
@@ -407,7 +425,9 @@ class ShardSpec:
     own_pos: IntArray  # buffer positions of the own nodes
     nbr_indptr: IntArray | None
     nbr_indices: IntArray | None
-    halo_from: tuple[tuple[int, IntArray, IntArray], ...]  # (source position, rows of its output, buffer positions)
+    halo_from: tuple[
+        tuple[int, IntArray, IntArray], ...
+    ]  # (source position, rows of its output, buffer positions)
     boundary: IntArray  # local indices of own nodes published to other shards
     penalty: Array  # η_i(r)
     theta: Array  # θ_i(r)
@@ -551,7 +571,9 @@ class ADMMShard:
                     "raise solve_tol (more inexactness noise) or local_max_iter"
                 )
             # ‖f − f*‖ <= solve_tol/μ: an l2-Laplace output noise of rate β covers it (ε += 2β·solve_tol/μ)
-            new = new + l2_laplace_block(spec.inexact_rate[t], d, spec.key, t + 1, PURPOSE_INEXACT, spec.nodes)
+            new = new + l2_laplace_block(
+                spec.inexact_rate[t], d, spec.key, t + 1, PURPOSE_INEXACT, spec.nodes
+            )
         if spec.perturbation == "primal" and noise is not None:
             new = new + noise
         loss = np.empty(n)

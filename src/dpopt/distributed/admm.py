@@ -343,7 +343,9 @@ def _already_composed(accountant: Accountant | None, label: str) -> bool:
     return any(getattr(e, "label", None) == label for e in getattr(accountant, "ledger", ()))
 
 
-def _join_state(snaps: Sequence[Mapping[str, Any]], groups: Sequence[NDArray[np.int64]], n: int, dim: int) -> dict[str, Array]:
+def _join_state(
+    snaps: Sequence[Mapping[str, Any]], groups: Sequence[NDArray[np.int64]], n: int, dim: int
+) -> dict[str, Array]:
     """Per-shard snapshots (arrays with one row per shard node) as global per-node arrays."""
     out: dict[str, Array] = {}
     for key in snaps[0]:
@@ -360,7 +362,9 @@ def _split_state(arrays: Mapping[str, Array], groups: Sequence[NDArray[np.int64]
     return [{k: np.ascontiguousarray(v[grp]) for k, v in arrays.items()} for grp in groups]
 
 
-def _gather_models(snaps: Sequence[Mapping[str, Any]], groups: Sequence[NDArray[np.int64]], n: int, dim: int) -> Array:
+def _gather_models(
+    snaps: Sequence[Mapping[str, Any]], groups: Sequence[NDArray[np.int64]], n: int, dim: int
+) -> Array:
     models = np.zeros((n, dim))
     for grp, snap in zip(groups, snaps, strict=True):
         models[grp] = snap["F"]
@@ -578,7 +582,10 @@ class PrivateADMM:
         self.topology = topology
         self.method = method
         rounds = deprecated_alias(
-            {"n_rounds": n_rounds} if n_rounds is not None else {}, "n_rounds", "max_iter", max_iter,
+            {"n_rounds": n_rounds} if n_rounds is not None else {},
+            "n_rounds",
+            "max_iter",
+            max_iter,
             where="PrivateADMM",
         )
         #: T, the planned number of rounds (fixed in advance; the privacy bound covers all of them)
@@ -625,7 +632,9 @@ class PrivateADMM:
         self.solve_tol = check_positive(solve_tol, "solve_tol")
         f = float(inexact_fraction) if isinstance(inexact_fraction, int | float) else math.nan
         if not 0.0 <= f < 1.0:
-            raise InvalidParameterError("inexact_fraction: must lie in [0, 1) (0: the paper's exact-solve bound)")
+            raise InvalidParameterError(
+                "inexact_fraction: must lie in [0, 1) (0: the paper's exact-solve bound)"
+            )
         self.inexact_fraction = f
         self.local_max_iter = check_int(local_max_iter, "local_max_iter")
         self.init_scale = check_positive(init_scale, "init_scale")
@@ -686,7 +695,12 @@ class PrivateADMM:
                 self._penalty, alpha, deg, sizes, self.loss_weight, self._consts.c1, self._consts.lipschitz
             )
         return primal_privacy_bound(
-            self._penalty, alpha, deg, sizes, self.loss_weight, self.reg / self.topology.n_nodes,
+            self._penalty,
+            alpha,
+            deg,
+            sizes,
+            self.loss_weight,
+            self.reg / self.topology.n_nodes,
             self._consts.lipschitz,
         )
 
@@ -726,8 +740,11 @@ class PrivateADMM:
         for i in owned:
             got = reported.get(sites[i].name)
             arr = None if got is None else np.asarray(got, dtype=np.float64)
-            if arr is None or arr.shape != (self.n_rounds,) or not np.all(np.isfinite(arr) & (arr > 0)) or np.any(
-                np.diff(arr) < 0
+            if (
+                arr is None
+                or arr.shape != (self.n_rounds,)
+                or not np.all(np.isfinite(arr) & (arr > 0))
+                or np.any(np.diff(arr) < 0)
             ):
                 raise InvalidParameterError(
                     f"site {sites[i].name}: keeps its own privacy schedule but did not report a valid per-node "
@@ -754,8 +771,13 @@ class PrivateADMM:
             fails.append(
                 f"loss_weight C={c:g} exceeds the smallest node size {int(sizes.min())} (needs C <= B_i)"
             )
-        job = np.setdiff1d(np.arange(self.topology.n_nodes), site_owned)  # sites with their own η check it there
-        if np.any(self._theta[:, job].max(axis=0, initial=-np.inf) > self._penalty[:, job].min(axis=0, initial=np.inf)):
+        job = np.setdiff1d(
+            np.arange(self.topology.n_nodes), site_owned
+        )  # sites with their own η check it there
+        if np.any(
+            self._theta[:, job].max(axis=0, initial=-np.inf)
+            > self._penalty[:, job].min(axis=0, initial=np.inf)
+        ):
             fails.append("θ_i(r) > η_i(r) for some node and round (needs θ <= η_i(t))")
         theta_min = self._theta.min(axis=0)
         lhs = (sizes / c) * (self.reg / self.topology.n_nodes + 2.0 * theta_min * deg)
@@ -879,7 +901,9 @@ class PrivateADMM:
             if clip_to < math.inf:
                 xs = [_clip_rows(x, clip_to) for x in xs]
             sizes = np.array([x.shape[0] for x in xs], dtype=float)
-            norms_ok = max(float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) for x in xs) <= xb * (1.0 + _NORM_TOL)
+            norms_ok = max(float(np.sqrt(np.einsum("ij,ij->i", x, x)).max()) for x in xs) <= xb * (
+                1.0 + _NORM_TOL
+            )
         elif len(sites) != n:
             raise InvalidParameterError(f"data: expected {n} sites (one per node), got {len(sites)}")
         elif self.problem.bounds.norm == "linf":
@@ -931,7 +955,9 @@ class PrivateADMM:
                 if fails:
                     msg = "assumptions of the privacy bound fail: " + "; ".join(fails)
                     if self.mode == "strict":
-                        err = BoundsViolationError if any("norm" in f for f in fails) else InvalidParameterError
+                        err = (
+                            BoundsViolationError if any("norm" in f for f in fails) else InvalidParameterError
+                        )
                         raise err(msg + " (mode='reproduce' runs anyway and reports ε = inf)")
                     warnings.warn(msg + "; the reported ε is inf", PrivacyClaimWarning, stacklevel=2)
                     notes.append(msg)
@@ -945,7 +971,8 @@ class PrivateADMM:
                 else:
                     solve_note, _ = exact_solve_note(self.local_tol, self.method)  # spec §7.2 A3
                     warnings.warn(
-                        solve_note + " (inexact_fraction=0: the residual of the local solves is not accounted for)",
+                        solve_note
+                        + " (inexact_fraction=0: the residual of the local solves is not accounted for)",
                         PrivacyClaimWarning,
                         stacklevel=2,
                     )
@@ -996,10 +1023,16 @@ class PrivateADMM:
 
             def commit_run() -> None:
                 if store is not None and store.resumed and _already_composed(accountant, label):
-                    notes.append(f"resumed run {run_id}: already composed into the accountant, not charged again")
+                    notes.append(
+                        f"resumed run {run_id}: already composed into the accountant, not charged again"
+                    )
                 else:
                     self._commit(
-                        private, claim_holds, float(ledger[-1].max()) if private else math.inf, accountant, label
+                        private,
+                        claim_holds,
+                        float(ledger[-1].max()) if private else math.inf,
+                        accountant,
+                        label,
                     )
 
             if not site_owned:  # else: their bounds P_i come from the sites at start-up (before any noise)
@@ -1169,7 +1202,9 @@ class PrivateADMM:
             if private
             else None,
             "noise_rate_initial": float(alpha[0].min()) if alpha is not None else None,
-            "loss": self._consts.loss if self._consts.loss != "smooth_hinge" else f"smooth_hinge({self._consts.loss_param:g})",
+            "loss": self._consts.loss
+            if self._consts.loss != "smooth_hinge"
+            else f"smooth_hinge({self._consts.loss_param:g})",
             "c1": self._consts.c1,
             "lipschitz": self._consts.lipschitz,
             "feature_norm": self._consts.feature_norm,

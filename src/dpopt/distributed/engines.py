@@ -449,6 +449,7 @@ class ProcessEngine(Engine):
             return fut.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
         except FutureTimeout:  # the blocked thread ends when the killed worker's pipe closes
             raise
+
     def _recv(self, s: int, what: str, deadline: float) -> Any:
         conn = self._conns[s]
         proc = self._procs[s]

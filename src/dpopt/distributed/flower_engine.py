@@ -191,7 +191,9 @@ def _resolve(obj: Any) -> Any:
         return getattr(importlib.import_module(obj.module), obj.name)
     if isinstance(obj, functools.partial):
         return functools.partial(
-            _resolve(obj.func), *[_resolve(a) for a in obj.args], **{k: _resolve(v) for k, v in obj.keywords.items()}
+            _resolve(obj.func),
+            *[_resolve(a) for a in obj.args],
+            **{k: _resolve(v) for k, v in obj.keywords.items()},
         )
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {}
@@ -376,7 +378,9 @@ class SiteSchedule:
     epsilon: float | None = None
     noise_ratio: float = 1.0
 
-    def tables(self, base: Any, sizes: Array, c1: float, lipschitz: float) -> tuple[Array, Array, Array | None]:
+    def tables(
+        self, base: Any, sizes: Array, c1: float, lipschitz: float
+    ) -> tuple[Array, Array, Array | None]:
         """(η, α, β) tables of shape (T, n) for the nodes of ``base`` (a shard spec) with sizes B_i."""
         from dpopt.accounting import Budget
         from dpopt.distributed.admm_privacy import (
@@ -404,7 +408,9 @@ class SiteSchedule:
         if base.inexact_rate is None:
             return eta, alpha, None
         if base.perturbation == "primal":
-            exact = primal_privacy_bound(eta, alpha, base.degrees, sizes, base.loss_weight, base.reg_per_node, lipschitz)
+            exact = primal_privacy_bound(
+                eta, alpha, base.degrees, sizes, base.loss_weight, base.reg_per_node, lipschitz
+            )
         else:
             exact = pp_privacy_bound(eta, alpha, base.degrees, sizes, base.loss_weight, c1, lipschitz)
         mu = base.reg_per_node + 2.0 * eta * np.asarray(base.degrees)[None, :]
@@ -419,7 +425,9 @@ def _scheduled_factory(schedule: SiteSchedule, names: tuple[str, ...], c1: float
     try:
         eta, alpha, beta = schedule.tables(full, sizes, c1, lipschitz)
     except (DPOptError, ValueError) as exc:
-        raise InvalidParameterError(f"site {', '.join(names)}: its own privacy schedule (site.toml): {exc}") from None
+        raise InvalidParameterError(
+            f"site {', '.join(names)}: its own privacy schedule (site.toml): {exc}"
+        ) from None
     theta = np.asarray(full.theta)
     if full.perturbation == "penalty" and np.any(theta.max(axis=0) > eta.min(axis=0)):
         raise MessageRefused(
@@ -501,7 +509,9 @@ def load_site_policy(path: str | Path) -> SitePolicy:
                       schedule=schedule)  # fmt: skip
 
 
-def site_round_epsilon(base: Any, sizes: Any, *, c1: float | None = None, lipschitz: float | None = None) -> Array:
+def site_round_epsilon(
+    base: Any, sizes: Any, *, c1: float | None = None, lipschitz: float | None = None
+) -> Array:
     """The per-round increments of the per-node bound P_i for the nodes of one shard spec.
 
     Computed on the site from the schedules it runs, the job's or its own (penalty η_i(r), noise
@@ -658,7 +668,9 @@ def derive_noise_key(site_key: tuple[int, int], run_key: tuple[int, int]) -> tup
     """
     import hashlib
 
-    h = hashlib.sha256(f"dpopt-site-noise|{site_key[0]}|{site_key[1]}|{run_key[0]}|{run_key[1]}".encode()).digest()
+    h = hashlib.sha256(
+        f"dpopt-site-noise|{site_key[0]}|{site_key[1]}|{run_key[0]}|{run_key[1]}".encode()
+    ).digest()
     return int.from_bytes(h[:8], "big") >> 1, int.from_bytes(h[8:16], "big") >> 1
 
 
@@ -744,7 +756,9 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
         spec = _localize_sites(spec, local)
         base = getattr(spec, "base", None)
         if key_ is not None and base is not None and hasattr(base, "key"):
-            spec = dataclasses.replace(spec, base=dataclasses.replace(base, key=derive_noise_key(key_, base.key)))
+            spec = dataclasses.replace(
+                spec, base=dataclasses.replace(base, key=derive_noise_key(key_, base.key))
+            )
         if policy.schedule is not None and base is not None and hasattr(base, "penalty"):
             names = tuple(s.name for s in spec.sites)
             if base.perturbation == "none" or base.noise_rate is None:
@@ -761,7 +775,8 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
                     "this site needs for its own schedule (coordinator and site must run the same dpopt)"
                 )
             spec = dataclasses.replace(
-                spec, factory=functools.partial(_scheduled_factory, policy.schedule, names, c1, g, spec.factory)
+                spec,
+                factory=functools.partial(_scheduled_factory, policy.schedule, names, c1, g, spec.factory),
             )
         return spec
 
@@ -826,7 +841,9 @@ def handle_site_message(op: str, cfg: Mapping[str, Any], inputs: list[Array], st
             inc = site_round_epsilon(program.program.spec, program.program.sizes, c1=c1, lipschitz=g)
             if t < inc.shape[0]:
                 digest = _digest(run, t, snap_digest, *inputs)
-                _SiteBudget(policy, [s.name for s in spec.sites]).charge_round(str(held["noise"]), t, digest, inc[t])
+                _SiteBudget(policy, [s.name for s in spec.sites]).charge_round(
+                    str(held["noise"]), t, digest, inc[t]
+                )
         out, diag = program.step(t, inputs)
         held["snap"] = _snapshot(program)
         _keep_program((run, shard, epoch), program, _digest(safe_dumps(held["snap"])))
@@ -869,7 +886,10 @@ def _log_timing(op: str, seconds: float) -> None:
     import sys
 
     if os.environ.get("DPOPT_FLOWER_TIMING"):
-        print(f"[dpopt site] op={op} handler={seconds:.3f} s process_age={_process_age():.3f} s", file=sys.stderr)
+        print(
+            f"[dpopt site] op={op} handler={seconds:.3f} s process_age={_process_age():.3f} s",
+            file=sys.stderr,
+        )
 
 
 #: Set by ``dpopt site serve`` for its SuperNode: the Unix socket of the site's long-lived worker
@@ -964,7 +984,9 @@ def serve_site_worker(config: str | Path, address: str, authkey: bytes, *, ready
                     continue
                 try:
                     reply: Any = _site_request(str(config), safe_loads(request))
-                except Exception as exc:  # an unexpected failure is the ClientApp's error, not the worker's end
+                except (
+                    Exception
+                ) as exc:  # an unexpected failure is the ClientApp's error, not the worker's end
                     reply = ("crash", f"{type(exc).__name__}: {exc}", None, None)
                 try:
                     conn.send_bytes(safe_dumps(reply))
@@ -1025,7 +1047,9 @@ def client_reply(msg: Any, context: Any) -> Any:  # pragma: no cover - runs in F
 
     path = context.node_config.get(NODE_CONFIG_KEY)
     if not path:
-        raise InvalidParameterError(f"SuperNode started without --node-config \"{NODE_CONFIG_KEY}='site.toml'\"")
+        raise InvalidParameterError(
+            f"SuperNode started without --node-config \"{NODE_CONFIG_KEY}='site.toml'\""
+        )
     cfg = {k: (bytes(v) if isinstance(v, bytes) else v) for k, v in dict(msg.content["cfg"]).items()}
     arrays = msg.content.array_records.get("inputs")
     inputs = [] if arrays is None else [arrays[str(k)].numpy() for k in range(int(cfg.get("n_inputs", 0)))]
@@ -1042,7 +1066,9 @@ def client_reply(msg: Any, context: Any) -> Any:  # pragma: no cover - runs in F
     reply: dict[str, Any] = {"value": safe_dumps(value), "tag": int(cfg.get("tag", -1))}
     shard_state = state.get(f"shard{int(cfg['shard'])}") if "shard" in cfg else None
     if out is not None and shard_state is not None and shard_state.get("snap") is not None:
-        reply["snap"] = safe_dumps(shard_state["snap"])  # a function of released vectors (saves a message round)
+        reply["snap"] = safe_dumps(
+            shard_state["snap"]
+        )  # a function of released vectors (saves a message round)
     content = RecordDict({"reply": ConfigRecord(reply)})
     if out is not None:
         content["out"] = ArrayRecord({"out": FArray(np.ascontiguousarray(out))})
@@ -1145,9 +1171,13 @@ class FlowerEngine(Engine):
 
         msgs, order = [], []
         for k, (node, cfg, inputs) in requests.items():
-            content = RecordDict({"cfg": ConfigRecord({**cfg, "n_inputs": len(inputs), "tag": k, "epoch": self._epoch})})
+            content = RecordDict(
+                {"cfg": ConfigRecord({**cfg, "n_inputs": len(inputs), "tag": k, "epoch": self._epoch})}
+            )
             if inputs:
-                content["inputs"] = ArrayRecord({str(i): FArray(np.ascontiguousarray(a)) for i, a in enumerate(inputs)})
+                content["inputs"] = ArrayRecord(
+                    {str(i): FArray(np.ascontiguousarray(a)) for i, a in enumerate(inputs)}
+                )
             m = Message(content=content, dst_node_id=node, message_type="query")
             msgs.append(m)
             order.append(k)
@@ -1160,7 +1190,11 @@ class FlowerEngine(Engine):
         for r in replies:
             if r.has_error():  # no content: attribute it by the replying node
                 k = by_node.get(r.metadata.src_node_id, order[0])
-                if int(r.error.code) in _LOST_CODES or partial or r.error.reason.startswith(NodeStateLost.__name__):
+                if (
+                    int(r.error.code) in _LOST_CODES
+                    or partial
+                    or r.error.reason.startswith(NodeStateLost.__name__)
+                ):
                     continue  # the node, its state or its reply is gone: treated as a missing reply
                 raise EngineError(
                     f"flower engine: {self._label(k)} failed during {what}: {_clean_reason(r.error.reason)}",
@@ -1225,7 +1259,9 @@ class FlowerEngine(Engine):
     def _await_rejoin(self) -> None:
         """After a lost site: wait (bounded) until SuperNodes host every site of the job again."""
         wanted = [s.name for spec in self._specs for s in getattr(spec, "sites", ())]
-        lost = [s.name for k in self._lost if k < len(self._specs) for s in getattr(self._specs[k], "sites", ())]
+        lost = [
+            s.name for k in self._lost if k < len(self._specs) for s in getattr(self._specs[k], "sites", ())
+        ]
         deadline = time.monotonic() + self.rejoin_timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -1256,7 +1292,9 @@ class FlowerEngine(Engine):
         for s, spec in enumerate(self._specs):
             names = [site.name for site in getattr(spec, "sites", ())]
             if not names:
-                raise InvalidParameterError("flower engine: pass Site descriptions (the data stays at the sites)")
+                raise InvalidParameterError(
+                    "flower engine: pass Site descriptions (the data stays at the sites)"
+                )
             hosts = {self._site_node.get(n) for n in names}
             if None in hosts or len(hosts) != 1:
                 absent = [n for n in names if n not in self._site_node]
@@ -1286,7 +1324,10 @@ class FlowerEngine(Engine):
             if isinstance(value, dict):
                 self.site_plans.update({str(k): float(v) for k, v in value.get("plan", {}).items()})
                 self.site_privacy.update(
-                    {str(k): np.asarray(v, dtype=np.float64) for k, v in value.get("site_privacy", {}).items()}
+                    {
+                        str(k): np.asarray(v, dtype=np.float64)
+                        for k, v in value.get("site_privacy", {}).items()
+                    }
                 )
                 described.append(value.get("describe"))
         if described and all(d is not None for d in described):
@@ -1295,7 +1336,11 @@ class FlowerEngine(Engine):
     def step(self, t: int) -> list[Any]:
         self._round = t
         reqs: dict[int, tuple[int, dict[str, Any], list[Array]]] = {
-            s: (self._shard_node[s], {"op": "step", "shard": s, "t": t}, [self._outputs[k] for k in self._sources[s]])
+            s: (
+                self._shard_node[s],
+                {"op": "step", "shard": s, "t": t},
+                [self._outputs[k] for k in self._sources[s]],
+            )
             for s in range(self.n_shards)
         }
         got = self._send(reqs, f"round {t + 1}")
@@ -1417,14 +1462,14 @@ def write_app(directory: str | Path, *, name: str = "dpopt-admm") -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     (d / "pyproject.toml").write_text(
-        "[build-system]\nrequires = [\"hatchling\"]\nbuild-backend = \"hatchling.build\"\n\n"
-        f"[project]\nname = \"{name}\"\nversion = \"1.0.0\"\ndescription = \"dpopt private ADMM\"\n"
-        "license = \"MIT\"\ndependencies = []\n\n"
-        "[tool.flwr.app]\npublisher = \"dpopt\"\n\n"
+        '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n\n'
+        f'[project]\nname = "{name}"\nversion = "1.0.0"\ndescription = "dpopt private ADMM"\n'
+        'license = "MIT"\ndependencies = []\n\n'
+        '[tool.flwr.app]\npublisher = "dpopt"\n\n'
         "[tool.flwr.app.components]\n"
-        "serverapp = \"dpopt_flower_app:serverapp\"\n"
-        "clientapp = \"dpopt_flower_app:clientapp\"\n\n"
-        "[tool.flwr.app.config]\njob = \"\"\noutput = \"\"\n",
+        'serverapp = "dpopt_flower_app:serverapp"\n'
+        'clientapp = "dpopt_flower_app:clientapp"\n\n'
+        '[tool.flwr.app.config]\njob = ""\noutput = ""\n',
         encoding="utf-8",
     )
     (d / "dpopt_flower_app.py").write_text(

@@ -79,7 +79,9 @@ class Topology:
     _indices: IntArray | None
     _cache: dict[str, Any]
 
-    def __init__(self, n_nodes: int, edges: Any = None, name: str = "graph", *, _complete: bool = False) -> None:
+    def __init__(
+        self, n_nodes: int, edges: Any = None, name: str = "graph", *, _complete: bool = False
+    ) -> None:
         n = check_int(n_nodes, "n_nodes", minimum=2)
         set_ = object.__setattr__
         set_(self, "n_nodes", n)
@@ -143,7 +145,9 @@ class Topology:
             return self._edges
         e = self._cache.get("edges")
         if e is None:
-            check_memory(16.0 * self.n_edges, f"the edge list of {self.name}", fix="use neighbours(i) or csr()")
+            check_memory(
+                16.0 * self.n_edges, f"the edge list of {self.name}", fix="use neighbours(i) or csr()"
+            )
             i, j = np.triu_indices(self.n_nodes, k=1)
             e = np.stack([i, j], axis=1).astype(np.int64)
             e.setflags(write=False)
@@ -251,7 +255,12 @@ def _algebraic_connectivity(t: Topology) -> float:
 
     op = scipy.sparse.linalg.LinearOperator((n, n), matvec=pinv, dtype=np.float64)
     top = scipy.sparse.linalg.eigsh(
-        op, k=1, which="LA", return_eigenvectors=False, v0=np.cos(np.arange(n) + 0.5), tol=1e-12,
+        op,
+        k=1,
+        which="LA",
+        return_eigenvectors=False,
+        v0=np.cos(np.arange(n) + 0.5),
+        tol=1e-12,
         maxiter=10_000,
     )
     return float(1.0 / top[0])
@@ -332,7 +341,9 @@ def ring_with_chords(n_nodes: int, n_chords: int, *, rng: RNGLike) -> Topology:
     k = check_int(n_chords, "n_chords", minimum=0)
     # the free pairs (not ring edges) in upper-triangle row-major order, indexed without listing them:
     # row 0 holds j = 2..n-2, row i >= 1 holds j = i+2..n-1
-    counts = np.maximum(np.concatenate([[n - 3], n - 2 - np.arange(1, n)]), 0) if n > 2 else np.zeros(n, np.int64)
+    counts = (
+        np.maximum(np.concatenate([[n - 3], n - 2 - np.arange(1, n)]), 0) if n > 2 else np.zeros(n, np.int64)
+    )
     n_free = int(counts.sum())
     if k > n_free:
         raise InvalidParameterError(f"n_chords: at most {n_free} chords fit in a ring of {n} nodes")

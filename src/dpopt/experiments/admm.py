@@ -518,7 +518,13 @@ def run_tour_admm(cfg: TourADMMConfig, rng: np.random.Generator) -> Iterator[Rec
         loss(minimize(problem, a, c, budget=Budget(cfg.epsilon, 0.0), rng=int(rng.integers(2**31))).solution)
         for a, c in data
     ]
-    common = {"data": label, "n_nodes": n, "rows_per_node": b, "epsilon": cfg.epsilon, "alone_loss": float(np.mean(alone))}
+    common = {
+        "data": label,
+        "n_nodes": n,
+        "rows_per_node": b,
+        "epsilon": cfg.epsilon,
+        "alone_loss": float(np.mean(alone)),
+    }
     reg = cfg.loss_weight * n * cfg.l2_penalty
     for method in ("PP", "DVP", "M-ADMM"):
         sch = public_pp_schedule(
@@ -553,7 +559,9 @@ _TOUR_STYLE = {"PP": ("#2ca02c", "PP"), "DVP": ("#1f77b4", "DVP"), "M-ADMM": ("#
 
 def _per_round(records: Sequence[Mapping[str, Any]], method: str, key: str) -> tuple[list[int], list[float]]:
     rounds = sorted({int(r["round"]) for r in records if r["method"] == method})
-    means = [float(np.mean([r[key] for r in records if r["method"] == method and r["round"] == t])) for t in rounds]
+    means = [
+        float(np.mean([r[key] for r in records if r["method"] == method and r["round"] == t])) for t in rounds
+    ]
     return rounds, means
 
 
@@ -611,7 +619,10 @@ register(
         description=TOUR_ADMM_DESCRIPTION,
         seed_doc="seed 004 (PP and DVP), dpopt's public schedule (issue 14)",
         run=run_tour_admm,
-        configs={"quick": TourADMMConfig(), "paper": TourADMMConfig(rows_per_node=6000, held_out_rows=15000, epsilon=2.0, min_noise_rate=5.0)},
+        configs={
+            "quick": TourADMMConfig(),
+            "paper": TourADMMConfig(rows_per_node=6000, held_out_rows=15000, epsilon=2.0, min_noise_rate=5.0),
+        },
         plot=plot_tour_admm,
         tables=tables_tour_admm,
     )

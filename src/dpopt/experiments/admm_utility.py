@@ -201,7 +201,11 @@ def run(cfg: UtilityConfig, rng: np.random.Generator) -> Iterator[Record]:
                 if cfg.baselines
                 else None
             )
-            reg = cfg.loss_weight * n * cfg.l2_penalty if cfg.schedule == "public" else cfg.reg_per_weight * cfg.loss_weight
+            reg = (
+                cfg.loss_weight * n * cfg.l2_penalty
+                if cfg.schedule == "public"
+                else cfg.reg_per_weight * cfg.loss_weight
+            )
 
             def score(res: Any, start: int, weights: np.ndarray | None) -> float:
                 w = res.round_average(start, weights) if start else res.average_model

@@ -188,7 +188,9 @@ def _tidy(fig: Figure) -> None:
     for ax, (handles, labels, title) in zip(with_legend, entries, strict=True):
         if handles and _covers_data(ax, renderer):
             legend = ax.get_legend()
-            font: Any = legend.get_texts()[0].get_fontsize() if legend is not None and legend.get_texts() else 8
+            font: Any = (
+                legend.get_texts()[0].get_fontsize() if legend is not None and legend.get_texts() else 8
+            )
             ax.legend(handles, labels, title=human_label(title) or None, loc="upper left",
                       bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=font)  # fmt: skip
 

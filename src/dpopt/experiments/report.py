@@ -309,9 +309,7 @@ def _audit_verdict(records: Sequence[Mapping[str, Any]]) -> str:
     return text + ". An audit gives a lower bound on ε: it can refute a claim, never prove one.</p>"
 
 
-def _run_section(
-    run_dir: Path, anchor: str, number: int, base: Path, embed: bool, max_rows: int
-) -> str:
+def _run_section(run_dir: Path, anchor: str, number: int, base: Path, embed: bool, max_rows: int) -> str:
     meta = _read_meta(run_dir) or {}
     paths = _Paths(base)
     name = str(meta.get("experiment", run_dir.name))
@@ -326,7 +324,9 @@ def _run_section(
     seeds_done = sorted(int(d["seed"]) for d in read_jsonl(done_path)) if done_path.is_file() else []
     seeds = list(meta.get("seeds", []))
 
-    parts = [f'<section><h2 id="{_e(anchor)}">{number}. {_e(name)} <span class="muted">({_e(scale)})</span></h2>']
+    parts = [
+        f'<section><h2 id="{_e(anchor)}">{number}. {_e(name)} <span class="muted">({_e(scale)})</span></h2>'
+    ]
     description = str(meta.get("description", ""))
     if description:
         parts.append("".join(f"<p>{_e(paths(para))}</p>" for para in description.strip().split("\n\n")))

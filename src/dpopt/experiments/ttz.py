@@ -223,9 +223,7 @@ def run_e2(cfg: SweepConfig, rng: np.random.Generator) -> Iterator[Record]:
         ):
             prob = ERMProblem("logistic", DataBounds(1.0), C)
             lstar = reference(prob, X, y)
-            opts: dict[str, Any] = (
-                {"max_iter": cfg.max_iterations} if method == "mirror_descent" else {}
-            )
+            opts: dict[str, Any] = {"max_iter": cfg.max_iterations} if method == "mirror_descent" else {}
             res = minimize(prob, X, y, method=method, budget=budget, rng=_child(rng), **opts)
             yield {
                 "sweep": sweep,

@@ -51,7 +51,9 @@ from dpopt.solvers import minimize
 Record = dict[str, Any]
 
 
-def spiked_rows(n: int, p: int, rng: np.random.Generator, noise: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+def spiked_rows(
+    n: int, p: int, rng: np.random.Generator, noise: float = 0.1
+) -> tuple[np.ndarray, np.ndarray]:
     """``x = (s/√2, v/√2)``, v uniform on the unit sphere of R^{p-1}, y = clip(s + noise·N, −1, 1)."""
     s = rng.choice([-1.0, 1.0], size=n)
     V = rng.standard_normal((n, p - 1))
@@ -61,7 +63,9 @@ def spiked_rows(n: int, p: int, rng: np.random.Generator, noise: float = 0.1) ->
     return X, y
 
 
-def spiked_matrices(n: int, m: int, rng: np.random.Generator, noise: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def spiked_matrices(
+    n: int, m: int, rng: np.random.Generator, noise: float = 0.05
+) -> tuple[np.ndarray, np.ndarray]:
     """Matrix rows (flattened m×m): ``(s·e₁e₁ᵀ + G/‖G‖_F)/√2`` renormalised to ‖X_i‖_F = 1, Θ* = e₁e₁ᵀ."""
     s = rng.choice([-1.0, 1.0], size=n)
     G = rng.standard_normal((n, m * m))
@@ -217,7 +221,11 @@ def run_e7(cfg: GroupConfig, rng: np.random.Generator) -> Iterator[Record]:
 
 
 def _by_sweep_plot(
-    records: Sequence[Mapping[str, Any]], out: Path, stem: str, sweeps: Sequence[tuple[str, str, str]], title: str
+    records: Sequence[Mapping[str, Any]],
+    out: Path,
+    stem: str,
+    sweeps: Sequence[tuple[str, str, str]],
+    title: str,
 ) -> list[Path]:
     """Excess (left) and excess / trivial excess (right) vs each sweep variable (file ``stem-vs-suffix``)."""
     figs = []
@@ -231,7 +239,9 @@ def _by_sweep_plot(
         axes.flat[0].set_ylabel("excess empirical risk")
         axes.flat[0].set_title(f"{title}: excess vs {label}", fontsize=10)
         rel = [{**r, "relative": r["excess"] / r["trivial_excess"]} for r in sub]
-        draw_lines(axes.flat[1], rel, x=sweep, y="relative", by="algorithm", spread="sem", logx=True, logy=True)
+        draw_lines(
+            axes.flat[1], rel, x=sweep, y="relative", by="algorithm", spread="sem", logx=True, logy=True
+        )
         xs = [float(r[sweep]) for r in rel]
         axes.flat[1].hlines(0.3, min(xs), max(xs), color="k", linestyle=":", linewidth=1)
         axes.flat[1].set_xlabel(label)
@@ -247,7 +257,11 @@ def plot_e6(records: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
 
 def plot_e7(records: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
     return _by_sweep_plot(
-        records, out, "ttz-b13-e7", [("k", "block size k", "block-size"), ("K", "number of blocks K", "blocks")], "group-l1 ball"
+        records,
+        out,
+        "ttz-b13-e7",
+        [("k", "block size k", "block-size"), ("K", "number of blocks K", "blocks")],
+        "group-l1 ball",
     )
 
 
@@ -271,8 +285,11 @@ register(
         configs={
             "quick": FWGaussianConfig(),
             "paper": FWGaussianConfig(
-                n_values=(1000, 4000, 16000, 64000), p_fixed=100, p_values=(10, 30, 100, 300, 1000),
-                n_fixed=16000, max_iterations=5000,
+                n_values=(1000, 4000, 16000, 64000),
+                p_fixed=100,
+                p_values=(10, 30, 100, 300, 1000),
+                n_fixed=16000,
+                max_iterations=5000,
             ),
         },
         plot=plot_e4,
@@ -325,7 +342,11 @@ register(
         configs={
             "quick": GroupConfig(),
             "paper": GroupConfig(
-                sizes=(1, 4, 16, 64), groups_fixed=16, groups=(4, 16, 64, 256), size_fixed=4, n=10_000,
+                sizes=(1, 4, 16, 64),
+                groups_fixed=16,
+                groups=(4, 16, 64, 256),
+                size_fixed=4,
+                n=10_000,
                 max_iterations=2000,
             ),
         },

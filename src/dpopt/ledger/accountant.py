@@ -188,7 +188,9 @@ class LedgerAccountant(Accountant):
     ) -> None:
         with be.transaction(write=True) as tx:
             if be.lock_dataset(tx, self.dataset) is None:
-                raise UnknownDatasetError(f"dataset {self.dataset!r} is no longer in the ledger {be.display_url}")
+                raise UnknownDatasetError(
+                    f"dataset {self.dataset!r} is no longer in the ledger {be.display_url}"
+                )
             self._replay(self._new_rows(tx))
             inner = self._inner
             before = inner.epsilon(budget.delta)
@@ -196,7 +198,11 @@ class LedgerAccountant(Accountant):
             state, notes = inner._extend(inner._state, event, count)
             after = inner._epsilon(state, budget.delta)
             if not after <= budget.epsilon * (1 + _REL_TOL) + 1e-12:
-                what = "a non-private release (ε = ∞)" if math.isinf(after) and after > before else "this release"
+                what = (
+                    "a non-private release (ε = ∞)"
+                    if math.isinf(after) and after > before
+                    else "this release"
+                )
                 raise BudgetExceededError(
                     f"dataset {self.dataset!r}: {what} would bring its total to ε={after:.4g} at "
                     f"δ={budget.delta:g}, over its budget ε={budget.epsilon:g} ({self.accountant_kind} "

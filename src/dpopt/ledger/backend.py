@@ -202,7 +202,9 @@ def open_backend(url: str, *, timeout: float = 30.0, create: bool = False) -> Ba
     """The backend for ``url``: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` (a plain file
     path also means SQLite) or ``postgresql://user@host:port/dbname``."""
     if not isinstance(url, str) or not url.strip():
-        raise InvalidParameterError("ledger: expected a URL such as 'sqlite:///ledger.db' or 'postgresql://...'")
+        raise InvalidParameterError(
+            "ledger: expected a URL such as 'sqlite:///ledger.db' or 'postgresql://...'"
+        )
     if not (timeout > 0):
         raise InvalidParameterError("timeout: must be positive (seconds)")
     scheme = url.split(":", 1)[0].lower() if "://" in url else ""

@@ -30,9 +30,7 @@ def _psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise LedgerError(
-            "a PostgreSQL ledger needs psycopg 3: pip install 'dpopt[postgres]'"
-        ) from None
+        raise LedgerError("a PostgreSQL ledger needs psycopg 3: pip install 'dpopt[postgres]'") from None
     return psycopg
 
 
@@ -44,9 +42,7 @@ class PostgresBackend(Backend):
 
     def _connect(self) -> Any:
         psycopg = _psycopg()
-        conn = psycopg.connect(
-            self.url, autocommit=False, connect_timeout=max(1, math.ceil(self.timeout))
-        )
+        conn = psycopg.connect(self.url, autocommit=False, connect_timeout=max(1, math.ceil(self.timeout)))
         ms = max(1, int(self.timeout * 1000))
         conn.execute(f"SET lock_timeout = {ms}")
         conn.execute(f"SET statement_timeout = {ms}")

@@ -100,7 +100,9 @@ def event_from_data(data: Any) -> PrivacyEvent:
     except DPOptError:
         raise
     except (TypeError, ValueError) as exc:
-        raise InvalidParameterError(f"event record: not a valid {cls.__name__} ({type(exc).__name__})") from None
+        raise InvalidParameterError(
+            f"event record: not a valid {cls.__name__} ({type(exc).__name__})"
+        ) from None
 
 
 def event_to_json(event: PrivacyEvent) -> str:
@@ -157,8 +159,10 @@ def _describe(e: PrivacyEvent) -> str:
     if isinstance(e, _events.RepeatedEvent):
         return f"{e.count} × {_describe(e.event)}"
     if isinstance(e, _events.ComposedEvent):
-        return "; ".join(_describe(x) for x in e.events) if len(e.events) <= 3 else (
-            f"{len(e.events)} releases: " + "; ".join(_describe(x) for x in e.events[:2]) + "; …"
+        return (
+            "; ".join(_describe(x) for x in e.events)
+            if len(e.events) <= 3
+            else (f"{len(e.events)} releases: " + "; ".join(_describe(x) for x in e.events[:2]) + "; …")
         )
     if isinstance(e, _events.PoissonSampledEvent):
         return f"{_describe(e.event)}, Poisson q={e.rate:.4g}"

@@ -28,10 +28,10 @@ if TYPE_CHECKING:
 __all__ = ["Dataset", "Ledger", "Release", "default_actor"]
 
 _NAME_RE = re.compile(r"^[\w][\w.:@+/-]{0,99}$")
-_DATASET_COLUMNS = "name, epsilon, delta, neighbouring, accountant, description, created_at, created_by, n_releases"
-_RELEASE_COLUMNS = (
-    "dataset, seq, recorded_at, actor, label, note, event, count, epsilon_spent, epsilon_total"
+_DATASET_COLUMNS = (
+    "name, epsilon, delta, neighbouring, accountant, description, created_at, created_by, n_releases"
 )
+_RELEASE_COLUMNS = "dataset, seq, recorded_at, actor, label, note, event, count, epsilon_spent, epsilon_total"
 
 
 def default_actor() -> str:
@@ -224,10 +224,14 @@ class Ledger:
                     tx.run(statement)
                 if target == 1:
                     tx.run("INSERT INTO dpopt_ledger_meta (key, value) VALUES (?, ?)", ("format", FORMAT))
-                    tx.run("INSERT INTO dpopt_ledger_meta (key, value) VALUES (?, ?)", ("schema_version", "1"))
+                    tx.run(
+                        "INSERT INTO dpopt_ledger_meta (key, value) VALUES (?, ?)", ("schema_version", "1")
+                    )
                     tx.run("INSERT INTO dpopt_ledger_meta (key, value) VALUES (?, ?)", ("created_at", _now()))
                 else:
-                    tx.run("UPDATE dpopt_ledger_meta SET value = ? WHERE key = 'schema_version'", (str(target),))
+                    tx.run(
+                        "UPDATE dpopt_ledger_meta SET value = ? WHERE key = 'schema_version'", (str(target),)
+                    )
         return SCHEMA_VERSION
 
     def _read_version(self, tx: Transaction, tables: set[str]) -> int:
@@ -394,7 +398,11 @@ class Ledger:
                     "description": ds.description,
                     "created_at": _iso(ds.created_at),
                     "created_by": ds.created_by,
-                    "spent": {"epsilon": _num(spent.epsilon), "delta": spent.delta, "n_events": spent.n_events},
+                    "spent": {
+                        "epsilon": _num(spent.epsilon),
+                        "delta": spent.delta,
+                        "n_events": spent.n_events,
+                    },
                     "releases": [
                         {
                             "seq": r.seq,

@@ -795,7 +795,9 @@ def _gram_norm_bound(wl: Workload, n: int) -> float | None:
     return float(rows.max()) * (1.0 + 8.0 * _EPS)
 
 
-def tridiagonal_dual_bound(d: ArrayLike, e: ArrayLike, y: ArrayLike, *, gram_norm: float | None = None) -> float:
+def tridiagonal_dual_bound(
+    d: ArrayLike, e: ArrayLike, y: ArrayLike, *, gram_norm: float | None = None
+) -> float:
     """Certified dual bound ``tr((Y^½ V Y^½)^½)² / Σy`` for ``V⁻¹ = tridiag(e, d, e)``, in O(n²).
 
     ``B = Y^½ V Y^½`` has the tridiagonal inverse ``T = Y^-½ V⁻¹ Y^-½``, so ``tr B^½ = Σ μ_i^-½``
@@ -849,7 +851,9 @@ def tridiagonal_dual_bound(d: ArrayLike, e: ArrayLike, y: ArrayLike, *, gram_nor
         return 0.0
     upper = (u + delta) * (1.0 + 2.0 * _EPS)  # μ_i(T) <= u_i + Δ, rounded up
     if gram_norm is not None and gram_norm > 0:
-        inv_norm = float(np.max(np.abs(da) + np.abs(np.concatenate([[0.0], ea])) + np.abs(np.concatenate([ea, [0.0]]))))
+        inv_norm = float(
+            np.max(np.abs(da) + np.abs(np.concatenate([[0.0], ea])) + np.abs(np.concatenate([ea, [0.0]])))
+        )
         eta = 16.0 * _EPS * inv_norm * (1.0 + 4.0 * _EPS) * float(gram_norm)
         if eta < 0.5:  # μ_i <= (u_i + 2 pivmin)(1 + 16 eps) / (1 - η), rounded up
             rel = (u + 2.0 * pivmin) * (1.0 + 16.0 * _EPS) / (1.0 - eta) * (1.0 + 4.0 * _EPS)
@@ -1104,7 +1108,9 @@ def _workload_factor(wl: Workload, cols: NDArray[np.intp], n: int) -> FloatArray
     return np.ascontiguousarray(wl.matrix()[:, cols])
 
 
-def _column_classes(V: FloatArray, support: NDArray[np.intp]) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
+def _column_classes(
+    V: FloatArray, support: NDArray[np.intp]
+) -> tuple[NDArray[np.intp], NDArray[np.intp]] | None:
     """Group the measured cells whose workload columns are identical (rows of ``V`` equal).
 
     Returns ``(representatives, classes)``: one cell per group (sorted) and, for every cell of

@@ -608,7 +608,11 @@ class Marginals(Union):
         # the Kronecker parts are built on first use (the closed form never needs them)
         m = sum(math.prod(dims[i] for i in S) for S in subs)
         Workload.__init__(
-            self, m, math.prod(dims), name=name, params={"shape": list(dims), "subsets": [list(t) for t in subs]}
+            self,
+            m,
+            math.prod(dims),
+            name=name,
+            params={"shape": list(dims), "subsets": [list(t) for t in subs]},
         )
         self._parts: tuple[Workload, ...] | None = None
         self.dims = dims

@@ -77,7 +77,9 @@ def _gather(other, vals, order, idx_out, val_out):  # pragma: no cover - compile
 
 
 @njit(**_OPTS)
-def _solve_rows(F, G, indptr, idx, vals, free, fixed, reg, per_count, lo, hi, sse):  # pragma: no cover - compiled
+def _solve_rows(
+    F, G, indptr, idx, vals, free, fixed, reg, per_count, lo, hi, sse
+):  # pragma: no cover - compiled
     """Ridge solve of rows ``lo .. hi - 1`` of ``F`` against the fixed factors ``G``.
 
     Row ``a``'s free entries ``x = F[a, free]`` minimise ``Σ_t (r_t - G[c_t, free]·x)² + Σ_j reg_j x_j²``
@@ -242,7 +244,9 @@ class _Sweeper:
                 _solve_rows(F, G, indptr, idx, vals, free, fixed, reg, s.per_count, lo, hi, sse)
             return
         futures = [
-            self._pool.submit(_solve_rows, F, G, indptr, idx, vals, free, fixed, reg, s.per_count, lo, hi, sse)
+            self._pool.submit(
+                _solve_rows, F, G, indptr, idx, vals, free, fixed, reg, s.per_count, lo, hi, sse
+            )
             for lo, hi in chunks
         ]
         for fut in futures:
@@ -349,7 +353,14 @@ class _Monitor:
         self.status, self.message = "max_iter", ""
 
     def record(
-        self, sweep: int, elapsed: float, rmse: float, test_rmse: float | None, objective: float, U: Float, V: Float
+        self,
+        sweep: int,
+        elapsed: float,
+        rmse: float,
+        test_rmse: float | None,
+        objective: float,
+        U: Float,
+        V: Float,
     ) -> None:
         """Append one point of the history (``sweep = 0``: the start) and track the best value."""
         self.hist_t.append(elapsed)
@@ -442,7 +453,6 @@ class _Monitor:
             setup_time=setup_time,
             eval_time=eval_time,
         )
-
 
 
 def als(
@@ -721,7 +731,9 @@ def als_distributed(
         early_stopping=early_stopping, callback=callback,
     )  # fmt: skip
     if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
-        raise InvalidParameterError(f"test: expected a Ratings of shape {problem.shape} (same users and items)")
+        raise InvalidParameterError(
+            f"test: expected a Ratings of shape {problem.shape} (same users and items)"
+        )
     t_setup = time.perf_counter()
     warmup()
     U, V = _start(problem, init, init_scale, spectral_power, rng)
@@ -755,7 +767,9 @@ def als_distributed(
             U[rc[r] : rc[r + 1]] = Ur
             V[cc[r] : cc[r + 1]] = Vr
 
-    mon.record(0, 0.0, math.sqrt(sse0 / n), test_rmse(U, V) if test_rmse is not None else None, objective0, U, V)
+    mon.record(
+        0, 0.0, math.sqrt(sse0 / n), test_rmse(U, V) if test_rmse is not None else None, objective0, U, V
+    )
     eval_time = 0.0
     elapsed = 0.0
     sweep = 0

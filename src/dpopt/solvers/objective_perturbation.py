@@ -350,7 +350,11 @@ def certified_minimize(
 
 
 def _lbfgs_warm_start(
-    fun: Callable[[Array], float], grad_fn: Callable[[Array], Array], x0: Array, tol: float, max_iterations: int
+    fun: Callable[[Array], float],
+    grad_fn: Callable[[Array], Array],
+    x0: Array,
+    tol: float,
+    max_iterations: int,
 ) -> tuple[Array, int]:
     """L-BFGS from x0 towards a gradient norm <= tol (scipy; it stops early on floating-point ties).
 
@@ -580,7 +584,9 @@ def private_objective_perturbation(
                 "budget with δ = 0, or use method='dp_sgd' (the add/remove default for δ > 0)"
             )
         if bud is not None and calibration != "tight":
-            raise InvalidParameterError("declared_size: the add/remove analysis uses calibration='tight' only")
+            raise InvalidParameterError(
+                "declared_size: the add/remove analysis uses calibration='tight' only"
+            )
         if problem.l2_penalty > 0:
             raise InvalidParameterError(
                 "objective perturbation under neighbouring='add_remove': l2_penalty must be 0 (the average "

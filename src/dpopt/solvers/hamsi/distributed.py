@@ -183,7 +183,9 @@ class _HamsiShard:
             self.ref_x, self.ref_g = self.x.copy(), self.g.copy()
             self.safe_x = self.ref_x
             self.guard.new_safe_point()
-        counter = self.n_steps - self.step_base if o["beta_counter"] == "inner" else epoch + 1 - self.epoch_base
+        counter = (
+            self.n_steps - self.step_base if o["beta_counter"] == "inner" else epoch + 1 - self.epoch_base
+        )
         if self.mem.full:
             beta = max(o["beta_floor"], (o["eta"] * counter) ** o["gamma"])
             coefs = self.mem.coefficients_from(v)
@@ -669,6 +671,7 @@ def hamsi_distributed(
         )
         if note not in rescued:  # a recovery may replay the rescue
             rescued.append(note)
+
     done = 0
     try:
         _k.warmup()
