@@ -57,7 +57,9 @@ def test_planted_sign_error_is_exposed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_quadratic_rate_matches_eigenvalues() -> None:
     a, beta, m = 0.3, 0.2, 0.05
     qs = np.linspace(m, 1.0, 301)
-    radii = [np.abs(np.linalg.eigvals(np.array([[2 - beta - a * q, -(1 - beta)], [1.0, 0.0]]))).max() for q in qs]
+    radii = [
+        np.abs(np.linalg.eigvals(np.array([[2 - beta - a * q, -(1 - beta)], [1.0, 0.0]]))).max() for q in qs
+    ]
     assert quadratic_rate(a, beta, m) == pytest.approx(max(radii), abs=1e-6)
 
 
@@ -80,6 +82,12 @@ def test_bad_arguments_are_refused(kwargs: dict[str, float], word: str) -> None:
 def test_module_says_which_extra_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "cvxpy", None)  # makes 'import cvxpy' fail
     monkeypatch.delitem(sys.modules, "dpopt.experiments.kuru_lmi")
+    skipped: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        "dpopt.experiments.registry.skip_module", lambda module, *, missing: skipped.append((module, missing))
+    )
+    module = importlib.import_module("dpopt.experiments.kuru_lmi")  # imports (doctest collection works)
+    assert skipped == [("dpopt.experiments.kuru_lmi", "cvxpy")]  # the registry says why it is skipped
     with pytest.raises(ModuleNotFoundError, match=r"dpopt\[repro\]") as info:
-        importlib.import_module("dpopt.experiments.kuru_lmi")
-    assert info.value.name == "cvxpy"  # so the registry skips the module and says why
+        module.certified_rate(step_L=0.1, smoothing=0.5, mu_over_L=0.1)
+    assert info.value.name == "cvxpy"

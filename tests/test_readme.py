@@ -76,8 +76,21 @@ def test_every_readme_bash_line_is_accounted_for() -> None:
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:
+    """CI runs the README's test command verbatim, in a fresh virtualenv, before it installs anything.
+
+    So CI fails exactly when a new user's first test run would (an extra installed earlier would hide
+    a module that needs it).
+    """
     test_command = next(line for line in NOT_RUN_HERE if "pytest" in line)
-    assert test_command in CI_RUN.read_text()
+    assert test_command in _bash_lines()
+    commands = [
+        ln.strip() for ln in CI_RUN.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")
+    ]
+    first_install = next(i for i, ln in enumerate(commands) if "pip install" in ln or "pytest" in ln)
+    assert commands[first_install] == test_command, "the README's test command must be CI's first install"
+    before = commands[:first_install]
+    assert any(re.search(r"python3 -m venv ", ln) for ln in before), "CI must make a fresh virtualenv first"
+    assert any(ln.startswith("source ") and "activate" in ln for ln in before)
 
 
 def test_readme_dpopt_lines_run(

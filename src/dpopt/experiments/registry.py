@@ -43,6 +43,7 @@ __all__ = [
     "names",
     "override_config",
     "register",
+    "skip_module",
     "skipped_modules",
     "tour_names",
     "unregister",
@@ -381,6 +382,17 @@ def all_experiments() -> list[Experiment]:
     _ensure_loaded()
     with _lock:
         return [_registry[n] for n in sorted(_registry)]
+
+
+def skip_module(module: str, *, missing: str) -> None:
+    """Record that experiment module ``module`` registered nothing because ``missing`` is not installed.
+
+    A module whose experiments need an optional extra still imports without it (so documentation
+    and doctest collection work) and calls this instead of :func:`register`; ``dpopt list`` then
+    names the missing dependency.
+    """
+    with _lock:
+        _skipped[module] = f"optional dependency {missing!r} is not installed"
 
 
 def skipped_modules() -> dict[str, str]:
