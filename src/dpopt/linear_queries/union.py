@@ -60,6 +60,11 @@ from numpy.typing import NDArray
 
 from dpopt._validation import check_int
 from dpopt.exceptions import InvalidParameterError
+from dpopt.linear_queries._certificates import eig_null_threshold, round_down, sqrt_trace_lower
+from dpopt.linear_queries._coa_newton import COAParams
+from dpopt.linear_queries._dual_fixed_point import solve_dual
+from dpopt.linear_queries._optimizer import optimize_dense
+from dpopt.linear_queries._result import StrategyResult, empty_strategy
 from dpopt.linear_queries.workloads import (
     AllRange,
     Identity,
@@ -431,8 +436,6 @@ class _BlockDual:
         self.diag_M = np.empty(0)
 
     def evaluate(self, y: FloatArray) -> tuple[float, FloatArray]:
-        from dpopt.linear_queries.strategy import _eig_null_threshold, _round_down, _sqrt_trace_lower
-
         s = np.sqrt(y)
         tr = 0.0
         lower = 0.0
@@ -445,9 +448,9 @@ class _BlockDual:
             sig = np.sqrt(np.clip(lam, 0.0, None))
             self._eig.append((sig, Q))
             tr += w * float(sig.sum())
-            lower += _round_down(w * _sqrt_trace_lower(lam, _eig_null_threshold(Bt)), 2)
+            lower += round_down(w * sqrt_trace_lower(lam, eig_null_threshold(Bt)), 2)
             diag += w * np.einsum("ij,j,ij->i", Q, sig, Q)
-        self.tr_lower = _round_down(lower, len(self.groups))
+        self.tr_lower = round_down(lower, len(self.groups))
         self.diag_M = diag
         return tr, diag
 
@@ -467,8 +470,6 @@ def _optimize_blocks(
     tol: float,
     max_iter: int,
 ) -> tuple[ProductResidualPlan, float, float, int, str]:
-    from dpopt.linear_queries.strategy import _solve_dual
-
     others = [i for i in range(len(dims)) if i not in special]
     N_other = math.prod(dims[i] for i in others)
     ns = math.prod(dims[i] for i in special)
@@ -516,7 +517,7 @@ def _optimize_blocks(
         groups[g] = (groups[g][0], groups[g][1] + math.sqrt(rho * m * scale))
         members[g].append((T, scale, m, rho))
     ev = _BlockDual(groups)
-    best_A, obj, _, status, n_iter, _, best_y = _solve_dual(
+    best_A, obj, _, status, n_iter, _, best_y = solve_dual(
         np.zeros((0, 0)),
         tol=tol,
         max_iter=max_iter,
@@ -549,7 +550,7 @@ def optimize_union(
     max_iter: int = 500,
     max_special_cells: int = 4096,
     rounds: int = 3,
-) -> Any:
+) -> StrategyResult:
     """Optimize a strategy for a union of products on any domain size (no data, no privacy cost).
 
     Attributes whose queries are all identities or totals are handled in the residual basis;
@@ -589,8 +590,6 @@ def optimize_union(
     >>> res.method, res.gap <= 1e-4
     ('union', True)
     """
-    from dpopt.linear_queries.strategy import StrategyResult
-
     t0, w0 = time.process_time(), time.perf_counter()
     dims, parts = _parts(workload)
     special = _special_attributes(parts, dims)
@@ -614,10 +613,8 @@ def optimize_union(
     gap = (objective - lower) / lower if lower > 0 else math.nan
     if status == "converged" and not gap <= tol * (1 + 1e-6) + 1e-12:
         status = "max_iter"
-    from dpopt.linear_queries.strategy import _empty_strategy
-
     return StrategyResult(
-        strategy=_empty_strategy(workload.domain_size),
+        strategy=empty_strategy(workload.domain_size),
         objective=float(objective),
         lower_bound=float(lower),
         dual_bound=float(lower),
@@ -689,7 +686,6 @@ def _separable_objective(
 def _optimize_separable(
     dims: tuple[int, ...], parts: list[tuple[Workload, ...]], rounds: int
 ) -> tuple[ProductResidualPlan, int]:
-    from dpopt.linear_queries.strategy import optimize_strategy
     from dpopt.linear_queries.workloads import MatrixWorkload
 
     subsets = _candidate_subsets(parts)
@@ -706,7 +702,14 @@ def _optimize_separable(
             lam, Q = np.linalg.eigh(Vi)
             keep = lam > lam.max() * 1e-12
             root = np.sqrt(lam[keep])[:, None] * Q[:, keep].T
-            sub = optimize_strategy(MatrixWorkload(root, allow_zero_columns=True), tol=1e-6, warn=False)
+            sub = optimize_dense(  # optimize_strategy's defaults on a plain matrix workload
+                MatrixWorkload(root, allow_zero_columns=True),
+                method="dual",
+                tol=1e-6,
+                params=COAParams(),
+                anderson_memory=5,
+                warn=False,
+            )
             trial = [*bases]
             trial[i] = np.asarray(sub.strategy) @ _residual_basis(dims[i])  # rows onto 1^⊥
             obj, u_t = _separable_objective(parts, trial, subsets)
