@@ -31,6 +31,7 @@ from dpopt.exceptions import (
     UnsupportedEventError,
 )
 
+#: The version of this dpopt.
 __version__ = "0.1.0"
 
 #: public name -> module that defines it (imported on first attribute access)

@@ -46,6 +46,7 @@ __all__ = [
 #: ``"stopped"``: the callback asked to stop.  ``"failed"``: could not continue (diverged, line search
 #: failed, ...; the message says which).
 Status = Literal["completed", "converged", "max_iter", "max_time", "stopped", "failed"]
+#: The values of :data:`Status`, as a tuple.
 STATUSES: tuple[str, ...] = ("completed", "converged", "max_iter", "max_time", "stopped", "failed")
 
 
@@ -95,6 +96,7 @@ class IterationInfo:
         raise AttributeError(f"IterationInfo has no field {name!r} (available: {list(self.keys())})")
 
 
+#: ``callback(info)``: called after every iteration; returning ``True`` stops the run.
 Callback = Callable[[IterationInfo], Any]
 
 

@@ -47,6 +47,7 @@ class SecureRNG:
         return "SecureRNG()"
 
 
+#: What an ``rng`` argument accepts (see the module docstring).
 RNGLike: TypeAlias = (
     int | np.integer | np.random.SeedSequence | np.random.Generator | SecureRNG | Literal["secure"] | None
 )

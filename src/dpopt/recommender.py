@@ -56,6 +56,7 @@ __all__ = [
 
 #: Name and version written into every saved model (``metadata["format"]``, ``["version"]``).
 FORMAT = "dpopt.MFRecommender"
+#: Version of the saved-model format (``metadata["version"]``).
 FORMAT_VERSION = 1
 #: ``l2=None`` uses ``DEFAULT_L2_PER_STD x std(training ratings)`` (ALS scale).  Chosen on public
 #: data: on MovieLens 100K (80/20 split, validation carved from training) the best ``l2`` was 12-15

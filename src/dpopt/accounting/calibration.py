@@ -36,6 +36,8 @@ __all__ = [
     "laplace_scale",
 ]
 
+#: Gaussian calibrations: ``"analytic"`` (Balle & Wang 2018), ``"classic"`` (Dwork-Roth) and
+#: ``"coa"`` (see :func:`gaussian_sigma`).
 GaussianMethod = Literal["analytic", "classic", "coa"]
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "check_neighbouring",
 ]
 
+#: Neighbouring relations: ``"add_remove"`` (add or remove one record) and ``"replace_one"``
+#: (replace one record; same size).
 Neighbouring: TypeAlias = Literal["add_remove", "replace_one"]
 _NEIGHBOURING = ("add_remove", "replace_one")
 

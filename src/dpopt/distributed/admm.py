@@ -99,6 +99,7 @@ __all__ = [
 ]
 
 Array = NDArray[np.float64]
+#: ADMM variants of :class:`PrivateADMM` (``method=``); the module docstring describes each.
 Method = Literal["admm", "m-admm", "pp", "dvp", "primal"]
 METHODS: tuple[str, ...] = ("admm", "m-admm", "pp", "dvp", "primal")
 _PRIVATE = ("pp", "dvp", "primal")

@@ -83,6 +83,7 @@ __all__ = [
     "ray_available",
 ]
 
+#: Names of the built-in engines (``engine=``); an :class:`Engine` instance is accepted too.
 ENGINES = ("inprocess", "processes", "ray")
 
 

@@ -60,6 +60,7 @@ __all__ = [
     "validate_cover",
 ]
 
+#: Names of the partitioning schemes (``scheme=``).
 SCHEMES: tuple[str, ...] = ("hogwild", "color", "color-b", "strata", "strata-b")
 
 IntArray = NDArray[np.int64]

@@ -121,6 +121,8 @@ def geometric(initial: float | ArrayLike, ratio: float | ArrayLike = 1.0) -> Sch
 
 
 def as_schedule(value: Any, name: str) -> Schedule:
+    """A :class:`Schedule` from a schedule, a function of the round, a positive number (constant) or an
+    array of values (``name``: the parameter named in errors)."""
     if isinstance(value, Schedule):
         return value
     if callable(value):

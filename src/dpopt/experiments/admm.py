@@ -127,6 +127,8 @@ def _round_records(res: Any, base: Mapping[str, Any]) -> Iterator[Record]:
 
 @dataclass(frozen=True)
 class Fig1Config:
+    """Configuration of Fig. 1 (non-private M-ADMM): panel (a)'s θ variants, panel (b)'s q₁ sweep."""
+
     setup: SplitConfig = SplitConfig()
     n_rounds: int = 100
     q1_values: tuple[float, ...] = (1.0, 1.01, 1.03, 1.05, 1.1)
@@ -240,6 +242,8 @@ def tables_fig1(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[Re
 
 @dataclass(frozen=True)
 class PPConfig:
+    """Configuration of Figs. 2-4 (PP against DVP): loss and privacy of each curve for each α(1) in ``alphas``."""
+
     setup: SplitConfig = SplitConfig()
     n_rounds: int = 100
     theta: float = 0.5

@@ -38,6 +38,7 @@ __all__ = [
     "write_jsonl",
 ]
 
+#: Name of a run directory's records file (one JSON record per line).
 RECORDS_FILE = "records.jsonl"
 
 

@@ -49,12 +49,17 @@ __all__ = [
     "unregister",
 ]
 
+#: One tidy record: a flat mapping from column names to JSON-compatible values.
 Record: TypeAlias = dict[str, Any]
 #: Any frozen dataclass instance (checked at registration).
 Config: TypeAlias = Any
+#: ``run(config, rng)``: yields the records of one seed (see :class:`Experiment`).
 RunFn: TypeAlias = Callable[[Any, np.random.Generator], Iterable[Mapping[str, Any]]]
+#: ``plot(records, out_dir) -> list[Path]``: figures drawn from the records read back.
 PlotFn: TypeAlias = Callable[[Sequence[Record], Path], list[Path]]
+#: ``tables(records) -> [(title, rows), ...]``: summary tables for the HTML report.
 TablesFn: TypeAlias = Callable[[Sequence[Record]], list[tuple[str, list[Record]]]]
+#: ``check(config)``: raises for a configuration that cannot run.
 CheckFn: TypeAlias = Callable[[Any], None]
 
 SCALES: tuple[str, ...] = ("quick", "paper")

@@ -21,6 +21,7 @@ from dpopt.experiments.runner import CONFIG_FILE, FORMAT, RUN_FILE, SEEDS_DONE_F
 
 __all__ = ["DEFAULT_INTRO", "REPORT_FILE", "find_runs", "write_report"]
 
+#: Name of the HTML report written into a run directory (and by :func:`write_report`).
 REPORT_FILE = "index.html"
 _MAX_CELL = 80
 _MAX_LIST = 8  # list settings longer than this are shortened in the text

@@ -50,9 +50,13 @@ __all__ = [
     "versions",
 ]
 
+#: Value of the ``format`` key of a run's ``config.json`` (the report reads only such runs).
 FORMAT = "dpopt-run/1"
+#: Name of a run directory's configuration file (written first).
 CONFIG_FILE = "config.json"
+#: Name of a run directory's resume marker (one line per completed seed).
 SEEDS_DONE_FILE = "seeds_done.jsonl"
+#: Name of a run directory's summary (figures, record count, elapsed time; written last).
 RUN_FILE = "run.json"
 RESERVED_KEYS = ("seed", "repetition")
 

@@ -252,6 +252,7 @@ def gm_direct_objective(workload: Workload) -> float:
 
 _MAX_DENSE_ENTRIES = 1 << 26
 
+#: Names of the comparison strategies that :func:`baseline` builds.
 BASELINES = ("identity", "gm", "hierarchical", "wavelet", "eigen", "lrm", "esm")
 
 

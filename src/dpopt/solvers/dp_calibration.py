@@ -109,7 +109,9 @@ __all__ = [
 ]
 
 Array = NDArray[np.float64]
+#: ``"tight"`` (default; sound and tight) or ``"paper"`` (the thesis's arithmetic); see the module docstring.
 Calibration = Literal["tight", "paper"]
+#: Noise family of the gradient perturbations.
 Family = Literal["laplace", "gaussian"]
 #: ``"full"``: every step uses all n records.  ``"without_replacement"``: a secret uniformly random
 #: subset of fixed size m per step.  ``"poisson"``: each record kept independently with prob. m/n.

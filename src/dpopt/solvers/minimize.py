@@ -37,6 +37,8 @@ __all__ = [
     "register_method",
 ]
 
+#: What ``budget=`` accepts: a :class:`~dpopt.accounting.Budget`, ``(ε, δ)``, or ``"non-private"``
+#: (or None, ``ε = inf``: no noise).
 BudgetLike = Budget | tuple[float, float] | str | None
 SolverFn = Callable[..., OptimizeResult]
 

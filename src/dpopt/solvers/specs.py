@@ -242,6 +242,7 @@ def _parse_hint(hint: Any) -> tuple[tuple[type, ...], tuple[Any, ...] | None, bo
 
 
 def describe_constraint(constraint: ConstraintSet | None) -> str:
+    """The constraint set in words, for messages."""
     return (
         "no constraint set (θ ∈ R^p)" if constraint is None else f"a {type(constraint).__name__} constraint"
     )
