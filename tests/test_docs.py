@@ -23,6 +23,7 @@ import zlib
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 
 from dpopt.cli import main
@@ -125,6 +126,44 @@ def test_pages_run_as_scripts_guard_their_code() -> None:
                 line for line in top if not re.match(r"(import|from|def|class|if __name__|#|\)|\])", line)
             ]
             assert not calls, f"{page} python block {i + 1}: code outside the __main__ guard: {calls}"
+
+
+#: Shell sessions run as shell (bash, ``set -e``): page -> the user's own files the commands name,
+#: and files the session must leave.  (The install lines of getting-started.md and the reproductions
+#: of reproducing.md are too heavy here; the README's lines run in tests/test_readme.py.)
+SHELL_PAGES = {
+    "guides/query-release.md": ({"counts.csv": 256}, ["prefix256.npz", "answers.csv"]),
+    "ledger.md": ({"counts.txt": 16}, ["dpopt-ledger.db", "more.csv", "survey-ledger.json"]),
+}
+_SHELL = re.compile(r"^```(?:bash|console)\n(.*?)^```", re.S | re.M)
+
+
+@pytest.mark.parametrize("page", sorted(SHELL_PAGES))
+def test_page_shell_session_runs(page: str, tmp_path: Path) -> None:
+    inputs, outputs = SHELL_PAGES[page]
+    rng = np.random.default_rng(0)
+    for name, cells in inputs.items():  # the user's histogram, one count per line
+        np.savetxt(tmp_path / name, rng.integers(0, 50, size=cells), fmt="%d")
+    blocks = _SHELL.findall((DOCS / page).read_text(encoding="utf-8"))
+    lines = [line.removeprefix("$ ") for block in blocks for line in block.splitlines() if line.strip()]
+    assert lines and all(line.startswith("dpopt ") for line in lines), lines
+    # `dpopt` is this checkout's (the installed command is the same entry point)
+    script = 'set -euo pipefail\ndpopt() { "$DPOPT_PYTHON" -m dpopt "$@"; }\n' + "\n".join(lines) + "\n"
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, DPOPT_PYTHON=sys.executable, PYTHONPATH=path)
+    env.pop("DPOPT_LEDGER", None)  # the session's ledger is dpopt-ledger.db in its folder
+    proc = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{page}: the shell session failed:\n{proc.stderr[-4000:]}"
+    for name in outputs:
+        assert (tmp_path / name).is_file(), f"{page}: the session did not write {name}"
 
 
 def _hooks() -> ModuleType:
