@@ -1,7 +1,8 @@
 """Griffe extension for dpopt's documentation site (configured in ``mkdocs.yml``).
 
 dpopt documents module constants and type aliases with Sphinx-style ``#:`` comments written just
-above the assignment (``#: What it is.`` then ``NAME = ...``).  mkdocstrings reads docstrings
+above the assignment (``#: What it is.`` then ``NAME = ...``) or after it on its first line
+(``NAME = ...  #: what it is``).  mkdocstrings reads docstrings
 statically with griffe, which does not read comments, and leaves objects without a docstring out
 of the reference.  This extension gives such an attribute the text of its ``#:`` comment block as
 its docstring, so every documented constant has an API entry.  A real docstring (a string literal
@@ -27,6 +28,9 @@ class SphinxComments(griffe.Extension):
         while i >= 0 and lines[i].lstrip().startswith("#:"):
             comment.insert(0, lines[i].lstrip()[2:].strip())
             i -= 1
+        _, trailing, text = lines[attr.lineno - 1].partition("  #: ")
+        if not comment and trailing:
+            comment, i = [text.strip()], attr.lineno - 2
         if comment:
             attr.docstring = griffe.Docstring(
                 "\n".join(comment),

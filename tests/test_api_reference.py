@@ -6,7 +6,7 @@ here (fast, no MkDocs needed): a ``::: path`` directive documents ``path`` and, 
 the members it renders (its ``__all__``, or the names of an explicit ``members:`` option; none
 with ``members: false``).  A name is documented when its own path (``module.name``) or the path
 where it is defined (a re-export, or an alias such as ``RoundInfo = IterationInfo``) is, and the
-definition has a docstring or a ``#:`` comment (mkdocstrings leaves undocumented objects out;
+definition has a docstring or a ``#:`` comment (above it, or after it on its line) (mkdocstrings leaves undocumented objects out;
 ``docs/griffe_comments.py`` turns ``#:`` comments into docstrings).  ``tests/test_docs.py`` checks
 the same names against the built site's ``objects.inv``.
 """
@@ -138,7 +138,7 @@ def has_documentation(path: str) -> bool:
     after = body[i + 1] if i + 1 < len(body) else None
     if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
         return True  # a docstring after the assignment
-    return source[node.lineno - 2].lstrip().startswith("#:")
+    return source[node.lineno - 2].lstrip().startswith("#:") or "  #: " in source[node.lineno - 1]
 
 
 def _entry(module: str, name: str, documented: set[str]) -> str | None:

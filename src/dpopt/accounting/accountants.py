@@ -1037,8 +1037,7 @@ def _zcdp(epsilon: float) -> Any:
     return dp_accounting.ZCDpEvent(rho) if math.isfinite(rho) else dp_accounting.NonPrivateDpEvent()
 
 
-#: Accountant names of :func:`make_accountant` (``"paper"`` and ``"tight"`` are accepted too).
-AccountantKind = Literal["basic", "advanced", "rdp", "pld"]
+AccountantKind = Literal["basic", "advanced", "rdp", "pld"]  #: kinds of :func:`make_accountant`
 _KINDS: dict[str, type[Accountant]] = {
     "basic": BasicAccountant,
     "advanced": AdvancedCompositionAccountant,

@@ -99,8 +99,7 @@ __all__ = [
 ]
 
 Array = NDArray[np.float64]
-#: ADMM variants of :class:`PrivateADMM` (``method=``); the module docstring describes each.
-Method = Literal["admm", "m-admm", "pp", "dvp", "primal"]
+Method = Literal["admm", "m-admm", "pp", "dvp", "primal"]  #: ``method=`` of :class:`PrivateADMM`
 METHODS: tuple[str, ...] = ("admm", "m-admm", "pp", "dvp", "primal")
 _PRIVATE = ("pp", "dvp", "primal")
 
