@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-from numpy.typing import NDArray
-
+from dpopt._lazy import LazyModule
 from dpopt.exceptions import InvalidParameterError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+else:  # imported on first use: the scalar checks below (and ``dpopt ledger show``) need no numpy
+    np = LazyModule("numpy")
 
 T = TypeVar("T")
 
@@ -28,8 +33,17 @@ __all__ = [
 ]
 
 
+def _is_scalar(value: Any, kinds: tuple[type, ...], numpy_kinds: tuple[str, ...]) -> bool:
+    """``value`` is one of ``kinds`` or of numpy's scalar types ``numpy_kinds`` (e.g. ``"integer"``),
+    and no bool.  numpy is not imported for this: while it is not, no value can be a numpy scalar."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kinds += tuple(getattr(numpy, k) for k in numpy_kinds)
+    return not isinstance(value, bool) and isinstance(value, kinds)
+
+
 def _as_float(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+    if not _is_scalar(value, (int, float), ("integer", "floating")):
         raise InvalidParameterError(f"{name}: expected a real number, got {type(value).__name__}")
     x = float(value)
     if math.isnan(x):
@@ -69,7 +83,7 @@ def check_probability(value: Any, name: str, *, open_right: bool = True, open_le
 
 def check_int(value: Any, name: str, *, minimum: int = 1) -> int:
     """Return ``value`` as an int after checking it is an integer >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+    if not _is_scalar(value, (int,), ("integer",)):
         raise InvalidParameterError(f"{name}: expected an integer, got {type(value).__name__}")
     if int(value) < minimum:
         raise InvalidParameterError(f"{name}: must be an integer >= {minimum}")
@@ -143,7 +157,7 @@ def as_float_array(
     *,
     ndim: int | tuple[int, ...] | None = None,
     finite: bool = True,
-    dtype: Any = np.float64,
+    dtype: Any = "float64",
 ) -> NDArray[Any]:
     """Convert user data to a numeric array, checking dimension and finiteness.
 

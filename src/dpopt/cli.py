@@ -12,7 +12,6 @@ import csv
 import re
 import sys
 import warnings
-import webbrowser
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,10 +91,10 @@ def _one_line(text: str, width: int) -> str:
 def _cmd_list(args: argparse.Namespace) -> int:
     import shutil
 
-    from dpopt.experiments import registry
+    from dpopt._experiment_catalog import listing  # a static listing: imports no experiment module
 
-    experiments = registry.all_experiments()
-    for module, reason in registry.skipped_modules().items():
+    experiments, skipped = listing()
+    for module, reason in skipped.items():
         _note(f"skipped {module}: {reason}")
     console = _console()
     if not experiments:
@@ -226,6 +225,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     target = write_report(Path(args.dir))
     _console().print(f"report: {target}", markup=False)
     if args.open == "yes":
+        import webbrowser
+
         webbrowser.open(target.as_uri())
     return 0
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from dpopt.exceptions import InvalidParameterError
 
 if TYPE_CHECKING:
-    from dpopt.ledger import Ledger, LedgerAccountant
+    from dpopt.ledger import Dataset, Ledger, LedgerAccountant
 
 __all__ = [
     "add_ledger_options",
@@ -114,7 +114,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     table.add_column("spent ε", justify="right", no_wrap=True)
     table.add_column("left ε", justify="right", no_wrap=True)
     for ds in datasets:
-        spent = ledger.spent(ds.name).epsilon
+        spent = _recorded_total(ledger, ds)
         left = max(0.0, ds.budget.epsilon - spent)
         table.add_row(
             Text(ds.name),
@@ -130,6 +130,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if ds.description:
             console.print(f"{ds.name}: {ds.description}", markup=False)
     return 0
+
+
+def _recorded_total(ledger: Ledger, ds: Dataset) -> float:
+    """The dataset's total ε as recorded with its last release: the total the ledger checked against
+    the budget, at the dataset's δ (``Ledger.spent`` recomputes it, which needs the tight accountants'
+    libraries; ``dpopt ledger export`` does)."""
+    if ds.n_releases == 0:
+        return 0.0
+    last = ledger.history(ds.name, since=ds.n_releases - 1)
+    return last[-1].epsilon_total if last else 0.0
 
 
 def _cmd_history(args: argparse.Namespace) -> int:

@@ -20,13 +20,9 @@ import warnings
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import dp_accounting
-from dp_accounting.pld import common as pld_common
-from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from dp_accounting.rdp import RdpAccountant as _DpaRdpAccountant
-
+from dpopt._lazy import LazyModule
 from dpopt._validation import check_int, check_positive, check_probability
 from dpopt.accounting.events import (
     ComposedEvent,
@@ -47,6 +43,17 @@ from dpopt.exceptions import (
     PrivacyClaimWarning,
     UnsupportedEventError,
 )
+
+if TYPE_CHECKING:
+    import dp_accounting
+    from dp_accounting import rdp as _dpa_rdp
+    from dp_accounting.pld import common as pld_common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+else:  # imported on first use (with scipy): ``import dpopt.accounting`` stays light
+    dp_accounting = LazyModule("dp_accounting")
+    _dpa_rdp = LazyModule("dp_accounting.rdp")
+    pld_common = LazyModule("dp_accounting.pld.common")
+    pld_lib = LazyModule("dp_accounting.pld.privacy_loss_distribution")
 
 __all__ = [
     "Accountant",
@@ -961,7 +968,7 @@ class RdpAccountant(Accountant):
     def _empty_state(self) -> Any:
         rel = dp_accounting.NeighboringRelation
         relation = rel.ADD_OR_REMOVE_ONE if self.neighbouring == "add_remove" else rel.REPLACE_ONE
-        return (_DpaRdpAccountant(neighboring_relation=relation), 0)  # (wrapped accountant, #composed)
+        return (_dpa_rdp.RdpAccountant(neighboring_relation=relation), 0)  # (wrapped accountant, #composed)
 
     def _to_dpa(self, event: PrivacyEvent) -> Any:
         if isinstance(event, NonPrivateEvent):

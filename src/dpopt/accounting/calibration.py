@@ -5,11 +5,9 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import dp_accounting
-from scipy.optimize import brentq
-
+from dpopt._lazy import LazyModule
 from dpopt._validation import check_int, check_positive, check_probability
 from dpopt.accounting.accountants import _KINDS, AccountantKind, Budget, make_accountant
 from dpopt.accounting.events import (
@@ -23,6 +21,13 @@ from dpopt.accounting.events import (
     check_neighbouring,
 )
 from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
+
+if TYPE_CHECKING:
+    import dp_accounting
+    from scipy import optimize as _optimize
+else:  # imported on first use: ``import dpopt.accounting`` stays light
+    dp_accounting = LazyModule("dp_accounting")
+    _optimize = LazyModule("scipy.optimize")
 
 __all__ = [
     "GaussianMethod",
@@ -150,7 +155,7 @@ def advanced_composition_step(
         return e0 * math.sqrt(2 * k * math.log(1 / slack)) + k * e0 * math.expm1(e0) - eps
 
     try:
-        eps0 = float(brentq(excess, 1e-300, eps, xtol=1e-15, rtol=1e-12))
+        eps0 = float(_optimize.brentq(excess, 1e-300, eps, xtol=1e-15, rtol=1e-12))
     except (ValueError, ArithmeticError, RuntimeError):
         eps0 = math.nan
     if not (math.isfinite(eps0) and eps0 > 0):
