@@ -36,6 +36,7 @@ from dpopt.experiments.records import (
     write_json_atomic,
     write_jsonl,
 )
+from dpopt.progress import Reporter, reporting
 from dpopt.randomness import as_generator
 
 __all__ = [
@@ -170,33 +171,18 @@ def _load_done(out_dir: Path) -> dict[int, dict[str, Any]]:
     return {int(line["seed"]): line for line in read_jsonl(path)}
 
 
-class _RichProgress:
-    """A rich progress bar (on stderr) driven by :class:`ProgressEvent` s."""
+def _report_to(reporter: Reporter) -> ProgressCallback:
+    """A progress callback that shows the run's events with ``reporter``."""
 
-    def __init__(self, name: str, total: int) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    def callback(ev: ProgressEvent) -> None:
+        if ev.kind == "seed_done":
+            reporter.update(
+                ev.seeds_done, f"seeds (seed {ev.seed}: {ev.records_in_seed} records)", force=True
+            )
+        else:
+            reporter.update(ev.seeds_done, f"seeds (seed {ev.seed}: {ev.records_in_seed} records so far)")
 
-        self._progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("seeds · {task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-        )
-        self._task = self._progress.add_task(name, total=total, info="starting")
-
-    def __enter__(self) -> _RichProgress:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def __call__(self, ev: ProgressEvent) -> None:
-        info = f"seed {ev.seed}: {ev.records_in_seed} records"
-        self._progress.update(self._task, completed=ev.seeds_done, info=info)
+    return callback
 
 
 def run_experiment(
@@ -205,7 +191,7 @@ def run_experiment(
     scale: str = "quick",
     seeds: Iterable[int] | int = (0,),
     out_dir: str | os.PathLike[str],
-    progress: bool | ProgressCallback = True,
+    progress: bool | ProgressCallback = False,
     resume: bool = False,
     overwrite: bool = False,
     overrides: Mapping[str, Any] | None = None,
@@ -220,7 +206,10 @@ def run_experiment(
     Parameters
     ----------
     progress
-        ``True`` shows a rich progress bar on stderr; a callable receives :class:`ProgressEvent` s.
+        ``True`` shows the progress on stderr (:mod:`dpopt.progress`: a bar on a terminal, else a
+        line per seed and at most one every 10 s), including a note before compiled kernels are
+        compiled for the first time; a callable receives :class:`ProgressEvent` s; ``False``
+        (default) is silent.
     resume
         Continue a run in ``out_dir``: seeds already completed are skipped, records of a seed that
         was interrupted are dropped and the seed is rerun.  The experiment, scale and config must
@@ -312,11 +301,12 @@ def run_experiment(
     n_total = sum(int(d.get("n_records", 0)) for d in done.values())
     t0 = time.perf_counter()
 
-    bar: _RichProgress | None = None
+    reporter: Reporter | None = None
     callback: ProgressCallback | None = None
     if progress is True and todo:
-        bar = _RichProgress(experiment.name, len(todo))
-        callback = bar
+        reporter = Reporter()
+        reporter.start(f"{experiment.name} ({scale})", len(todo))
+        callback = _report_to(reporter)
     elif callable(progress):
         callback = progress
 
@@ -360,10 +350,7 @@ def run_experiment(
                     )
         return total
 
-    if bar is not None:
-        with bar:
-            n_total = _run_all()
-    else:
+    with reporting(reporter):  # deep code (kernel compilation) reports through it too
         n_total = _run_all()
 
     records = read_jsonl(records_path)

@@ -27,6 +27,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from dpopt.progress import announce_compilation
+
 __all__ = [
     "BlockRunner",
     "chunk_ptr",
@@ -229,6 +231,10 @@ def warmup() -> None:
     global _WARM
     if _WARM:
         return
+    announce_compilation(
+        strata_gradient, strata_gradient_serial, gradient_block, gradient_blocks, sse_chunks,
+        sse_chunks_clipped, predict_into, regularize, chunked_matvec, lbfgs_apply, pair_products, seconds=20,
+    )  # fmt: skip
     U = np.ones((2, 2))
     V = np.ones((2, 2))
     y = np.ones(2)

@@ -37,6 +37,7 @@ from dpopt._validation import check_int, check_nonneg, check_positive
 from dpopt.datasets import Ratings
 from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback, notify
+from dpopt.progress import announce_compilation
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers.hamsi.result import HamsiResult
 
@@ -167,6 +168,7 @@ def _solve_rows(
 
 def warmup() -> None:
     """Load (or compile) the kernels once on tiny inputs."""
+    announce_compilation(_counting_order, _gather, _solve_rows, seconds=10)
     keys = np.array([1, 0], dtype=np.int32)
     for kk in (keys, keys.astype(np.int64)):
         indptr, order = _counting_order(kk, 2)

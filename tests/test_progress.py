@@ -1,0 +1,118 @@
+"""Progress of long work (:mod:`dpopt.progress`): ``dpopt reproduce`` reports on stderr unless
+``--no-progress``; Python calls are silent by default; the compiled kernels announce their first
+compilation through the current reporter."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpopt import progress
+from dpopt.cli import main
+from dpopt.experiments import registry
+from dpopt.experiments.runner import run_experiment
+from dpopt.solvers import _mf_kernels, als
+
+NOTICE = "compiling numeric kernels (first run only"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    n: int = 3
+    kernels: bool = False
+
+
+def _run(cfg: Cfg, rng: np.random.Generator) -> Iterator[dict[str, Any]]:
+    if cfg.kernels:
+        als.warmup()  # the first call of the ALS kernels in a process (compiles on a cold cache)
+    for i in range(cfg.n):
+        yield {"i": i, "y": float(rng.normal())}
+
+
+@pytest.fixture
+def demo() -> Iterator[str]:
+    exp = registry.Experiment(
+        name="progress-demo",
+        description="Progress demo.",
+        seed_doc="tests",
+        run=_run,
+        configs={"quick": Cfg(), "paper": Cfg(kernels=True)},
+    )
+    registry.register(exp)
+    yield exp.name
+    registry.unregister(exp.name)
+
+
+@pytest.fixture
+def cold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every numba cache looks cold (as on a fresh checkout)."""
+    monkeypatch.setattr(progress, "cold_numba_cache", lambda *dispatchers: True)
+
+
+def test_reproduce_reports_progress_on_stderr(
+    demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["reproduce", demo, "--seeds", "0-1", "--out", str(tmp_path / "r"), "--no-report"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("dpopt: progress-demo (quick): ")]
+    assert lines[0] == "dpopt: progress-demo (quick): 0/2 ..."
+    assert "1/2 seeds (seed 0: 3 records)" in lines[1] and "2/2 seeds (seed 1: 3 records)" in lines[2]
+
+
+def test_no_progress_prints_no_progress(
+    demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["reproduce", demo, "--out", str(tmp_path / "r"), "--no-report", "--no-progress"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_python_calls_are_silent_by_default(
+    demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_experiment(demo, out_dir=tmp_path / "r")
+    assert capsys.readouterr().err == ""
+
+
+def test_compilation_is_announced_on_a_cold_cache(
+    demo: str, cold: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_experiment(demo, scale="paper", out_dir=tmp_path / "on", progress=True)
+    err = capsys.readouterr().err
+    assert f"dpopt: {NOTICE}, ~10 s)…" in err
+    assert err.index("0/1 ...") < err.index(NOTICE) < err.index("1/1 seeds")
+    run_experiment(demo, scale="paper", out_dir=tmp_path / "off", progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_matrix_factorization_kernels_announce_their_compilation(
+    cold: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_mf_kernels, "_WARM", False)  # as in a fresh process
+    out = io.StringIO()
+    with progress.reporting(progress.Reporter(stream=out, bar=False)):
+        _mf_kernels.warmup()
+    assert NOTICE in out.getvalue()
+
+
+def test_warm_kernels_are_not_announced(capsys: pytest.CaptureFixture[str]) -> None:
+    als.warmup()  # compiled (or loaded from the cache) in this process
+    assert not progress.cold_numba_cache(als._counting_order, als._gather, als._solve_rows)
+    with progress.reporting(progress.Reporter(bar=False)):
+        als.warmup()
+    assert NOTICE not in capsys.readouterr().err
+
+
+def test_plain_lines_are_throttled() -> None:
+    out = io.StringIO()
+    reporter = progress.Reporter(stream=out, bar=False, interval=3600)
+    reporter.start("task", 3)
+    reporter.update(1, "a")  # within the interval: not written
+    reporter.update(2, "b", force=True)
+    assert out.getvalue().splitlines() == ["dpopt: task: 0/3 ...", "dpopt: task: 2/3 b (0 s)"]
