@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 
 from dpopt._validation import check_int
 from dpopt.exceptions import InvalidParameterError
+from dpopt.progress import announce_compilation
 from dpopt.randomness import RNGLike, as_generator
 
 __all__ = [
@@ -397,6 +398,7 @@ def _coloring_partition(scheme: str, ratings: Any, n_subsets: int, balanced: boo
     max_deg = int(np.bincount(rows).max()) + int(np.bincount(cols).max())
     n_words = max_deg // 64 + 1
     u = as_generator(rng).random(n) if balanced else np.zeros(n)
+    announce_compilation(_color_kernel, seconds=5)
     colors, n_colors = _color_kernel(rows, cols, shape[0], shape[1], n_words, u, balanced)
     sizes = np.bincount(colors, minlength=n_colors).astype(np.int64)
     bins = _pack_colors(sizes, k, n)

@@ -356,6 +356,8 @@ def run_experiment(
     records = read_jsonl(records_path)
     figures: list[Path] = []
     if experiment.plot is not None and records:
+        if reporter is not None:
+            reporter.note(f"{experiment.name}: drawing the figures …")
         for fig in experiment.plot(records, out):
             p = Path(fig)
             if not p.is_absolute():  # a bare name (or a path relative to the run directory)
