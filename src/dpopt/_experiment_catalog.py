@@ -339,11 +339,12 @@ def available() -> tuple[list[Entry], dict[str, str]]:
 
 
 def from_registry() -> list[Entry]:
-    """The entries as the registry has them (imports every experiment module), plus the listed
+    """The built-in entries as the registry has them (imports every experiment module), plus the listed
     entries of modules skipped in this environment (their optional dependency is missing)."""
-    import dpopt.experiments.registry  # noqa: F401  (listing() then reads the registry)
+    from dpopt.experiments.registry import _BUILTIN_MODULES  # listing() then reads the registry
 
     out, skipped = listing()
+    out = [e for e in out if e.module in _BUILTIN_MODULES]  # not those registered at run time
     out += [e for e in ENTRIES if e.module in skipped]
     return sorted(out, key=lambda e: e.name)
 

@@ -22,15 +22,18 @@ __all__ = ["LazyModule"]
 class LazyModule:
     """Stands for the module ``name``; the first attribute read imports it."""
 
-    __slots__ = ("_name",)
+    __slots__ = ("_module", "_name")
 
     def __init__(self, name: str) -> None:
         self._name = name
+        self._module: ModuleType | None = None
 
     @property
     def module(self) -> ModuleType:
         """The imported module."""
-        return importlib.import_module(self._name)  # a dict look-up once imported
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return self._module
 
     def __getattr__(self, attr: str) -> Any:
         return getattr(self.module, attr)
