@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import pytest
 
@@ -29,10 +30,18 @@ class Cfg:
 
 
 def _run(cfg: Cfg, rng: np.random.Generator) -> Iterator[dict[str, Any]]:
-    if cfg.kernels:
-        als.warmup()  # the first call of the ALS kernels in a process (compiles on a cold cache)
+    if cfg.kernels:  # as a kernel module does before the first call of its kernels
+        progress.announce_compilation(als._gather, seconds=10)
     for i in range(cfg.n):
         yield {"i": i, "y": float(rng.normal())}
+
+
+class _Compiled(Exception):
+    """Raised instead of compiling a kernel (the tests check only what is said before)."""
+
+
+def _refuse(*args: Any) -> None:
+    raise _Compiled
 
 
 @pytest.fixture
@@ -91,22 +100,33 @@ def test_compilation_is_announced_on_a_cold_cache(
     assert capsys.readouterr().err == ""
 
 
-def test_matrix_factorization_kernels_announce_their_compilation(
-    cold: None, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("module", "first_kernel", "warm_flag"),
+    [(_mf_kernels, "strata_gradient", "_WARM"), (als, "_counting_order", None)],
+)
+def test_kernel_warmups_announce_their_compilation(
+    module: Any, first_kernel: str, warm_flag: str | None, cold: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_mf_kernels, "_WARM", False)  # as in a fresh process
+    if warm_flag is not None:
+        monkeypatch.setattr(module, warm_flag, False)  # as in a fresh process
+    monkeypatch.setattr(module, first_kernel, _refuse)
+    out = io.StringIO()
+    with progress.reporting(progress.Reporter(stream=out, bar=False)), pytest.raises(_Compiled):
+        module.warmup()
+    assert NOTICE in out.getvalue()
+    with pytest.raises(_Compiled):  # no reporter: nothing is said
+        module.warmup()
+
+
+def test_compiled_kernels_are_not_announced() -> None:
+    kernel = numba.njit(lambda x: x + 1)
+    assert progress.cold_numba_cache(kernel)  # not compiled, not cached on disk
+    assert kernel(1) == 2
+    assert not progress.cold_numba_cache(kernel)
     out = io.StringIO()
     with progress.reporting(progress.Reporter(stream=out, bar=False)):
-        _mf_kernels.warmup()
-    assert NOTICE in out.getvalue()
-
-
-def test_warm_kernels_are_not_announced(capsys: pytest.CaptureFixture[str]) -> None:
-    als.warmup()  # compiled (or loaded from the cache) in this process
-    assert not progress.cold_numba_cache(als._counting_order, als._gather, als._solve_rows)
-    with progress.reporting(progress.Reporter(bar=False)):
-        als.warmup()
-    assert NOTICE not in capsys.readouterr().err
+        progress.announce_compilation(kernel, seconds=1)
+    assert out.getvalue() == ""
 
 
 def test_plain_lines_are_throttled() -> None:
