@@ -20,10 +20,11 @@ import warnings
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from dpopt._lazy import LazyModule
 from dpopt._validation import check_int, check_positive, check_probability
+from dpopt.accounting._dpa import dp_accounting, pld_common, pld_lib  # imported on first use
+from dpopt.accounting._dpa import rdp as _dpa_rdp
 from dpopt.accounting.events import (
     ComposedEvent,
     EpsilonDeltaEvent,
@@ -43,17 +44,6 @@ from dpopt.exceptions import (
     PrivacyClaimWarning,
     UnsupportedEventError,
 )
-
-if TYPE_CHECKING:
-    import dp_accounting
-    from dp_accounting import rdp as _dpa_rdp
-    from dp_accounting.pld import common as pld_common
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-else:  # imported on first use (with scipy): ``import dpopt.accounting`` stays light
-    dp_accounting = LazyModule("dp_accounting")
-    _dpa_rdp = LazyModule("dp_accounting.rdp")
-    pld_common = LazyModule("dp_accounting.pld.common")
-    pld_lib = LazyModule("dp_accounting.pld.privacy_loss_distribution")
 
 __all__ = [
     "Accountant",

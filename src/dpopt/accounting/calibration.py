@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from dpopt._lazy import LazyModule
 from dpopt._validation import check_int, check_positive, check_probability
+from dpopt.accounting._dpa import dp_accounting  # imported on first use
+from dpopt.accounting._dpa import optimize as _optimize
 from dpopt.accounting.accountants import _KINDS, AccountantKind, Budget, make_accountant
 from dpopt.accounting.events import (
     EpsilonDeltaEvent,
@@ -21,13 +22,6 @@ from dpopt.accounting.events import (
     check_neighbouring,
 )
 from dpopt.exceptions import InvalidParameterError, PrivacyClaimWarning
-
-if TYPE_CHECKING:
-    import dp_accounting
-    from scipy import optimize as _optimize
-else:  # imported on first use: ``import dpopt.accounting`` stays light
-    dp_accounting = LazyModule("dp_accounting")
-    _optimize = LazyModule("scipy.optimize")
 
 __all__ = [
     "GaussianMethod",
