@@ -7,7 +7,8 @@ under a temporary working directory (as ``dpopt reproduce NAME --out runs/NAME``
 * ``records.jsonl`` holds flat, tagged records (``seed``, ``repetition``);
 * ``run.json`` lists the figures, which lie in the run folder and are non-empty PNGs;
 * the figures are drawn from the records alone: plotting the records read back from disk into a
-  fresh folder gives the same files, pixel for pixel;
+  fresh folder gives the same files, pixel for pixel, and no legend in them is cut off at the
+  figure's edge;
 * the summary tables and the HTML report are built from the same records.
 
 A new experiment is covered by registering it.  Quick scale is meant to take seconds, but some do
@@ -28,6 +29,7 @@ from dpopt.experiments import registry
 from dpopt.experiments.records import load_records, to_jsonable
 from dpopt.experiments.report import write_report
 from dpopt.experiments.runner import run_experiment
+from figure_checks import check_legends_when_saved  # tests/figure_checks.py
 
 #: Quick-scale runs measured slower than ~8 s (one seed, loaded 2-core machine, 2026-11-23), in seconds.
 #: Everything else registered runs in the default suite.
@@ -103,7 +105,9 @@ def test_experiment_contract(name: str, tmp_path: Path, monkeypatch: pytest.Monk
         # the figures are a function of the records on disk: re-plot them alone, elsewhere
         fresh = tmp_path / "replot"
         fresh.mkdir()
+        clipped = check_legends_when_saved(monkeypatch)  # and no figure cuts a legend off
         again = [Path(p) for p in experiment.plot(load_records(run / "records.jsonl"), fresh)]
+        assert clipped == [], f"{name}: a legend is cut off at the figure's edge: {clipped}"
         assert sorted(p.name for p in again) == sorted(f.name for f in figures)
         for f in figures:
             assert _same_png(f, fresh / f.name), f"{name}: {f.name} differs when re-plotted from records"

@@ -17,12 +17,14 @@ The figures are meant to be read in a report at page width, so the helpers
   query"), and name legend entries by what differs between the curves only (no ``beta=None``);
 * draw no spread (band or error bar) for single-repetition data;
 * when saving (:func:`save_figure`), replace identical per-panel legends by one legend for the
-  figure, and move a legend that covers data points outside its panel.
+  figure, move a legend that covers data points outside its panel, and never cut a legend off at
+  the figure's edge (fewer legend columns, or a larger figure).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -195,12 +197,71 @@ def _tidy(fig: Figure) -> None:
                       bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=font)  # fmt: skip
 
 
+def _legends(fig: Figure) -> list[Any]:
+    """Every visible legend of ``fig``: the figure's own and its panels'."""
+    out = [leg for leg in fig.legends if leg.get_visible()]
+    for ax in fig.axes:
+        leg = ax.get_legend()
+        if leg is not None and leg.get_visible() and ax.get_visible():
+            out.append(leg)
+    return out
+
+
+def _overflow(fig: Figure, legend: Any, renderer: Any) -> tuple[float, float, float, float]:
+    """How far (pixels) ``legend`` sticks out of the figure on the left, right, bottom and top."""
+    box, page = legend.get_window_extent(renderer), fig.bbox
+    return (
+        max(0.0, page.x0 - box.x0),
+        max(0.0, box.x1 - page.x1),
+        max(0.0, page.y0 - box.y0),
+        max(0.0, box.y1 - page.y1),
+    )
+
+
+def _fewer_columns(legend: Any) -> bool:
+    """Lay ``legend`` out in one column fewer; False when it has one column (or cannot be re-laid)."""
+    # matplotlib lays a legend out when it is made; these (private) steps redo that layout
+    ncols = int(getattr(legend, "_ncols", 1))
+    init, place = getattr(legend, "_init_legend_box", None), getattr(legend, "_set_loc", None)
+    if ncols <= 1 or init is None or place is None or not hasattr(legend, "_loc_real"):
+        return False
+    title = legend.get_title()
+    text, size = title.get_text(), title.get_fontsize()
+    legend.set_ncols(ncols - 1)
+    init(legend.legend_handles, [t.get_text() for t in legend.get_texts()])
+    place(legend._loc_real)
+    legend.set_title(text or None, prop={"size": size})
+    return True
+
+
+def _fit_legends(fig: Figure, rounds: int = 6) -> None:
+    """No legend is cut off: a legend wider than the figure gets fewer columns, and what still
+    sticks out makes the figure larger by that much (the layout then makes room)."""
+    for _ in range(rounds):
+        with warnings.catch_warnings():  # a legend larger than the figure collapses the layout
+            warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)
+            fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        out = [(leg, _overflow(fig, leg, renderer)) for leg in _legends(fig)]
+        out = [(leg, o) for leg, o in out if max(o) > 0.5]
+        if not out:
+            return
+        if any(o[0] + o[1] > 0 and _fewer_columns(leg) for leg, o in out):
+            continue
+        grow_w = max(o[0] + o[1] for _, o in out) / fig.dpi
+        grow_h = max(o[2] + o[3] for _, o in out) / fig.dpi
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(w + grow_w + (0.1 if grow_w else 0.0), h + grow_h + (0.1 if grow_h else 0.0))
+
+
 def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 120, tidy: bool = True) -> Path:
     """Save ``fig`` as a PNG at ``path`` (creating parent directories) and return the path.
 
     With ``tidy`` (default) axis labels that are field names become words, identical legends of
     several panels become one legend below the figure, and a legend that covers plotted data is
-    moved outside its panel.  The file is readable by everyone (mode 0644 under the usual umask).
+    moved outside its panel.  Always, no legend is cut off at the figure's edge: one wider than the
+    figure is laid out in fewer columns, and the figure grows to hold what still sticks out.  The
+    file is readable by everyone (mode 0644 under the usual umask).
     """
     p = Path(path)
     if p.suffix.lower() != ".png":
@@ -208,6 +269,8 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 120, ti
     p.parent.mkdir(parents=True, exist_ok=True)
     if tidy:
         _tidy(fig)
+    fig.set_dpi(dpi)  # the legends are measured at the resolution the file is written at
+    _fit_legends(fig)
     fig.savefig(p, dpi=dpi, format="png")
     return p
 
