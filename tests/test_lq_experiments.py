@@ -75,6 +75,9 @@ def test_coa_vs_dawa_records_and_plot(name, tmp_path):
     from dataclasses import replace
     from itertools import combinations, pairwise
 
+    from dpopt.experiments import coa
+    from dpopt.experiments.data import stand_in
+
     exp = get(name)
     assert exp.config("paper") is not None
     quick = exp.config("quick")
@@ -97,7 +100,10 @@ def test_coa_vs_dawa_records_and_plot(name, tmp_path):
         "empirical_error_per_query_sem",
     }
     assert records and all(fields <= r.keys() for r in records)
-    assert {r["dataset"] for r in records} == set(tiny.datasets)
+    adult_found = coa._adult_dir(tiny) is not None  # else its records say they used a stand-in
+    labels = {d if d != "Adult capital-gain" or adult_found else stand_in(d): d for d in tiny.datasets}
+    assert {r["dataset"] for r in records} == set(labels)
+    records = [{**r, "dataset": labels[r["dataset"]]} for r in records]
     for r in records:
         assert math.isfinite(r["empirical_error_per_query"]) and r["empirical_error_per_query"] > 0
         assert r["delta_spent"] == (0.0 if r["mechanism"] == "DAWA" else r["delta"])

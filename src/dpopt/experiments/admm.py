@@ -15,9 +15,10 @@ even random split (uneven: Dirichlet(0.5) shares with at least 50 rows per node)
 0.55; the spec's 0.1 amplitude would violate θ <= η_i at t = 1).  ``quick`` scales subsample rows and
 rounds so that CI runs in seconds.
 
-Data: ``../shared/datasets/adult`` (or ``$DPOPT_DATASETS/adult``) with the paper's preprocessing
-(:func:`dpopt.datasets.load_adult`, declared column bounds).  When the files are absent a synthetic
-logistic data set of the same width is used and every record says so (``data`` field).
+Data: ``adult/adult.data`` in ``$DPOPT_DATASETS`` (or ``../shared/datasets``; see
+:mod:`dpopt.experiments.data`) with the paper's preprocessing (:func:`dpopt.datasets.load_adult`,
+declared column bounds).  When the files are absent a synthetic logistic data set of the same width
+is used and every record says so (``dataset`` field).
 
 Why PP wins (what the figures show): the PP minimiser is f = m̄ − ε − (λ + ∇O/2)/(ηV), so every
 released primal carries the full noise ε (‖ε‖ ≈ d/α = 35 at α = 3) whatever η is; accuracy needs the
@@ -33,7 +34,6 @@ not measured leakage.
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,33 +45,29 @@ import numpy as np
 from dpopt.datasets import load_adult, make_logistic
 from dpopt.distributed.admm import PrivateADMM, Schedule, centralized_solution, geometric
 from dpopt.distributed.topology import Topology, erdos_renyi, split_rows
+from dpopt.experiments.data import FILES, find_file, stand_in
+from dpopt.experiments.papers import ADMM
 from dpopt.experiments.plots import draw_lines, new_figure, save_figure
 from dpopt.experiments.registry import TOUR, Experiment, register
 
 Record = dict[str, Any]
 
 
-def _dataset_dirs() -> list[Path]:
-    dirs = []
-    env = os.environ.get("DPOPT_DATASETS")
-    if env:
-        dirs.append(Path(env))
-    here = Path(__file__).resolve()
-    dirs += [p / "shared" / "datasets" for p in here.parents[2:5]]
-    dirs.append(Path.cwd().parent / "shared" / "datasets")
-    return dirs
-
-
-@functools.lru_cache(maxsize=1)
 def _load(n_features_fallback: int = 105) -> tuple[np.ndarray, np.ndarray, str]:
-    for d in _dataset_dirs():
-        if (d / "adult" / "adult.data").is_file():
-            ds = load_adult(d / "adult")
-            assert ds.y is not None
-            return ds.X, ds.y, "adult"
+    """UCI Adult's rows, labels and ``dataset`` label; a labelled synthetic stand-in when it is absent."""
+    path = find_file(FILES["UCI Adult"])
+    return _load_from(None if path is None else path.parent, n_features_fallback)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_from(folder: Path | None, n_features_fallback: int) -> tuple[np.ndarray, np.ndarray, str]:
+    if folder is not None:
+        ds = load_adult(folder)
+        assert ds.y is not None
+        return ds.X, ds.y, "UCI Adult"
     ds = make_logistic(45_222, n_features_fallback, rng=2018)
     assert ds.y is not None
-    return ds.X, ds.y, "synthetic (UCI Adult not found)"
+    return ds.X, ds.y, stand_in("UCI Adult")
 
 
 @dataclass(frozen=True)
@@ -145,7 +141,7 @@ def run_fig1(cfg: Fig1Config, rng: np.random.Generator) -> Iterator[Record]:
     s = cfg.setup
     f_opt = centralized_solution(data, loss_weight=s.loss_weight, reg=s.reg)
     opt_loss = float(np.mean([np.logaddexp(0, -y * (x @ f_opt)).mean() for x, y in data]))
-    common = {"data": label, "n_nodes": topo.n_nodes, "optimum_mean_loss": opt_loss}
+    common = {"dataset": label, "n_nodes": topo.n_nodes, "optimum_mean_loss": opt_loss}
     n = topo.n_nodes
     eta1 = np.resize(np.array(ETA1), n)
     qn = np.resize(np.array(Q_NODES), n)
@@ -280,7 +276,7 @@ def run_pp(cfg: PPConfig, rng: np.random.Generator) -> Iterator[Record]:
     s = cfg.setup
     sizes = [x.shape[0] for x, _ in data]
     common = {
-        "data": label,
+        "dataset": label,
         "n_nodes": topo.n_nodes,
         "min_node_size": int(min(sizes)),
         "max_node_size": int(max(sizes)),
@@ -385,11 +381,12 @@ register(
     Experiment(
         name="admm-fig1",
         description=(
-            "Non-private M-ADMM on 5 nodes of UCI Adult: convergence with private, heterogeneous, "
-            "increasing penalties (θ fixed / time-varying / node-dependent) and the slow-down from "
-            "faster penalty growth q1."
+            "Non-private M-ADMM on {setup.n_nodes} nodes holding {data}, {n_rounds} rounds: convergence "
+            "with private, heterogeneous, increasing penalties (θ fixed / time-varying / node-dependent) "
+            "and the slow-down from faster penalty growth q1 = {q1_values}."
         ),
-        seed_doc="seed 004, Fig. 1",
+        data="UCI Adult",
+        seed_doc=f"{ADMM}, Fig. 1",
         run=run_fig1,
         configs={
             "quick": Fig1Config(setup=QUICK5, n_rounds=30, q1_values=(1.0, 1.05, 1.1)),
@@ -403,11 +400,12 @@ register(
     Experiment(
         name="admm-fig2",
         description=(
-            "Penalty perturbation (PP) vs dual-variable perturbation (DVP) on 5 nodes of UCI Adult: "
-            "average loss (mean, range over runs) and privacy bound P(t) for α(1) = 3 and 5, and the "
-            "accuracy-privacy frontier."
+            "Penalty perturbation (PP) vs dual-variable perturbation (DVP) on {setup.n_nodes} nodes "
+            "holding {data}, {n_rounds} rounds: average loss (mean, range over runs) and privacy bound "
+            "P(t) for α(1) = {alphas}, and the accuracy-privacy frontier."
         ),
-        seed_doc="seed 004, Fig. 2",
+        data="UCI Adult",
+        seed_doc=f"{ADMM}, Fig. 2",
         run=run_pp,
         configs={
             "quick": PPConfig(setup=QUICK5, n_rounds=30, alphas=(3.0,)),
@@ -421,10 +419,11 @@ register(
     Experiment(
         name="admm-fig3",
         description=(
-            "PP vs DVP on 100 nodes with UCI Adult spread evenly (452-453 rows per node): accuracy, "
-            "privacy bound and frontier."
+            "PP vs DVP on {setup.n_nodes} nodes (the paper: 100) with {data} spread evenly, {n_rounds} "
+            "rounds: accuracy, privacy bound and frontier."
         ),
-        seed_doc="seed 004, Fig. 3",
+        data="UCI Adult",
+        seed_doc=f"{ADMM}, Fig. 3",
         run=run_pp,
         configs={
             "quick": PPConfig(setup=QUICK100, n_rounds=20, alphas=(3.0,)),
@@ -438,10 +437,12 @@ register(
     Experiment(
         name="admm-fig4",
         description=(
-            "PP vs DVP on 100 nodes with UCI Adult spread unevenly (Dirichlet(0.5) shares, >= 50 rows "
-            "per node): the smallest node dominates the privacy bound."
+            "PP vs DVP on {setup.n_nodes} nodes (the paper: 100) with {data} spread unevenly "
+            "(Dirichlet(0.5) shares, >= {setup.min_rows} rows per node), {n_rounds} rounds: the "
+            "smallest node dominates the privacy bound."
         ),
-        seed_doc="seed 004, Fig. 4",
+        data="UCI Adult",
+        seed_doc=f"{ADMM}, Fig. 4",
         run=run_pp,
         configs={
             "quick": PPConfig(setup=QUICK100_UNEVEN, n_rounds=20, alphas=(3.0,)),
@@ -460,7 +461,7 @@ register(
 
 @dataclass(frozen=True)
 class TourADMMConfig:
-    """5 sites of UCI Adult, the public schedule (:func:`~dpopt.distributed.admm.public_pp_schedule`)."""
+    """5 sites holding UCI Adult (or its stand-in), the public schedule (:func:`~dpopt.distributed.admm.public_pp_schedule`)."""
 
     n_nodes: int = 5
     edge_prob: float = 0.5
@@ -477,20 +478,20 @@ class TourADMMConfig:
 
 
 TOUR_ADMM_DESCRIPTION = (
-    "Private ADMM on 5 sites of UCI Adult: does the model improve round by round, and is it better "
-    "than each site training alone at the same privacy budget?\n\n"
-    "Five data owners (1,000 rows each) cannot pool their rows. They train one logistic-regression "
+    "Private ADMM on {n_nodes} sites holding {data}: does the model improve round by round, and is it "
+    "better than each site training alone at the same privacy budget?\n\n"
+    "{n_nodes} data owners ({rows_per_node} rows each) cannot pool their rows. They train one logistic-regression "
     "model together by exchanging only noisy model vectors with their neighbours in a graph, for a "
-    "fixed number of rounds; the noise is calibrated so that the whole run costs each site the ε "
-    "stated in the settings (penalty perturbation, PP; dual-variable perturbation, DVP). The "
+    "fixed number of rounds ({n_rounds}); the noise is calibrated so that the whole run costs each "
+    "site ε = {epsilon} (penalty perturbation, PP; dual-variable perturbation, DVP). The "
     "penalties follow dpopt's public schedule (public_pp_schedule: constant per-site penalties chosen "
     "from ε, the graph, the site sizes and the regulariser, never from the data; here with the noise "
-    "rate at least 20, so that each round's noise is small and the loss falls every round), and the model "
+    "rate at least {min_noise_rate}, so that each round's noise is small and the loss falls every round), and the model "
     "scored at round t is the average of the released models of rounds t/2..t (post-processing: no "
     "extra privacy cost).\n\n"
-    "Left: the logistic loss of that model on 5,000 held-out rows, per round. 'M-ADMM' is the same "
+    "Left: the logistic loss of that model on {held_out_rows} held-out rows, per round. 'M-ADMM' is the same "
     "schedule without noise (what the optimisation alone reaches); the dashed line is the mean loss "
-    "of the sites' own private models, each trained alone on its 1,000 rows with dpopt.minimize at "
+    "of the sites' own private models, each trained alone on its {rows_per_node} rows with dpopt.minimize at "
     "the same ε. A private curve below the dashed line means collaborating paid off. Right: the "
     "privacy bound P(t) spent so far; it reaches ε at the last round. (The reproduction of the "
     "paper's own figure, with its growing penalty and fixed noise, is admm-fig2; there the loss of "
@@ -523,7 +524,7 @@ def run_tour_admm(cfg: TourADMMConfig, rng: np.random.Generator) -> Iterator[Rec
         for a, c in data
     ]
     common = {
-        "data": label,
+        "dataset": label,
         "n_nodes": n,
         "rows_per_node": b,
         "epsilon": cfg.epsilon,
@@ -621,7 +622,8 @@ register(
     Experiment(
         name="tour-admm",
         description=TOUR_ADMM_DESCRIPTION,
-        seed_doc="seed 004 (PP and DVP), dpopt's public schedule (issue 14)",
+        data="UCI Adult",
+        seed_doc=f"{ADMM} (PP and DVP), with dpopt's public penalty schedule",
         run=run_tour_admm,
         configs={
             "quick": TourADMMConfig(),

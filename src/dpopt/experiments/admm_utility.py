@@ -1,4 +1,4 @@
-"""``admm-utility``: does private ADMM beat each site training alone?  (issue 14, item 6)
+"""``admm-utility``: does private ADMM beat each site training alone?
 
 UCI Adult's training file (``adult.data``, 30,162 rows after dropping missing values, the ADMM
 paper's preprocessing with *declared* column bounds, so rows have ‖x‖₂ <= 1) is split over N sites
@@ -55,7 +55,8 @@ from dpopt.datasets import load_adult, make_logistic
 from dpopt.distributed.admm import PrivateADMM, geometric, public_pp_schedule
 from dpopt.distributed.topology import erdos_renyi, split_rows
 from dpopt.exceptions import BudgetExceededError, InvalidParameterError
-from dpopt.experiments.admm import _dataset_dirs
+from dpopt.experiments.data import FILES, find_file, stand_in
+from dpopt.experiments.papers import ADMM
 from dpopt.experiments.plots import new_figure, save_figure
 from dpopt.experiments.registry import Experiment, register
 from dpopt.problems import DataBounds, ERMProblem
@@ -65,18 +66,22 @@ Record = dict[str, Any]
 METHODS: tuple[str, ...] = ("PP", "DVP", "local", "central", "non-private", "M-ADMM")
 
 
-@functools.lru_cache(maxsize=1)
 def _load() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
     """(X_train, y_train, X_test, y_test, label); a labelled synthetic stand-in if Adult is absent."""
-    for d in _dataset_dirs():
-        if (d / "adult" / "adult.data").is_file() and (d / "adult" / "adult.test").is_file():
-            tr = load_adult(d / "adult", split="train")
-            te = load_adult(d / "adult", split="test")
-            assert tr.y is not None and te.y is not None
-            return tr.X, tr.y, te.X, te.y, "adult"
+    path = find_file(FILES["UCI Adult"], "adult/adult.test")
+    return _load_from(None if path is None else path.parent)
+
+
+@functools.lru_cache(maxsize=2)
+def _load_from(folder: Path | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
+    if folder is not None:
+        tr = load_adult(folder, split="train")
+        te = load_adult(folder, split="test")
+        assert tr.y is not None and te.y is not None
+        return tr.X, tr.y, te.X, te.y, "UCI Adult"
     ds = make_logistic(45_222, 105, rng=2018)
     assert ds.y is not None
-    return ds.X[:30_162], ds.y[:30_162], ds.X[30_162:], ds.y[30_162:], "synthetic (UCI Adult not found)"
+    return ds.X[:30_162], ds.y[:30_162], ds.X[30_162:], ds.y[30_162:], stand_in("UCI Adult")
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,7 @@ def run(cfg: UtilityConfig, rng: np.random.Generator) -> Iterator[Record]:
             px = np.concatenate([a for a, _ in data])
             py = np.concatenate([b for _, b in data])
             base = {
-                "data": label,
+                "dataset": label,
                 "n_sites": n,
                 "split": split,
                 "rows": int(sizes.sum()),
@@ -339,11 +344,12 @@ register(
     Experiment(
         name="admm-utility",
         description=(
-            "Does private ADMM beat each site training alone? UCI Adult over 5/20/100 sites (even and "
-            "Dirichlet-uneven), per-site ε in {0.5, 1, 2, 5}: test accuracy of PP, DVP, single-site "
-            "dpopt.minimize, central pooled DP and non-private."
+            "Does private ADMM beat each site training alone? {data} over {n_sites} sites ({splits} "
+            "split), per-site ε = {epsilons}: test accuracy of PP, DVP, single-site dpopt.minimize, "
+            "central pooled DP and non-private."
         ),
-        seed_doc="issue 14, item 6 (seed 004's PP/DVP against single-site and central baselines)",
+        data="UCI Adult",
+        seed_doc=f"{ADMM}: its PP and DVP against single-site and central baselines (not in the paper)",
         run=run,
         configs={
             "quick": UtilityConfig(

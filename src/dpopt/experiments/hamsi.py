@@ -33,7 +33,6 @@ Choices (recorded in every config):
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,8 @@ import numpy as np
 
 from dpopt.datasets import Ratings, load_movielens, make_low_rank_ratings
 from dpopt.distributed.partition import SCHEMES, color, color_b, make_partition, strata, strata_b
+from dpopt.experiments.data import FILES, find_file, stand_in
+from dpopt.experiments.papers import KURU
 from dpopt.experiments.plots import draw_bars, draw_lines, new_figure, save_figure
 from dpopt.experiments.registry import TOUR, Experiment, register
 from dpopt.matrix_factorization import MatrixFactorizationProblem, split_ratings
@@ -52,17 +53,6 @@ ML100K_SHAPE = (943, 1682)
 ML100K_RATINGS = 100_000
 ML1M_SHAPE = (6040, 3706)
 ML1M_RATINGS = 1_000_209
-
-
-def _dataset_dirs() -> list[Path]:
-    dirs = []
-    env = os.environ.get("DPOPT_DATASETS")
-    if env:
-        dirs.append(Path(env))
-    here = Path(__file__).resolve()
-    dirs += [p / "shared" / "datasets" for p in here.parents[2:5]]
-    dirs.append(Path.cwd().parent / "shared" / "datasets")
-    return dirs
 
 
 def _check_dataset(cfg: BalanceConfig | RunConfig) -> None:
@@ -81,13 +71,12 @@ def load_dataset(name: str, rng: np.random.Generator) -> tuple[Ratings, str]:
     """The ratings named by a config (see module docstring) and a label for the records."""
     if name.startswith("movielens:"):
         path = Path(name.split(":", 1)[1])
-        return load_movielens(path), f"movielens ({path.name})"
+        return load_movielens(path), f"MovieLens ({path.name})"
     if name == "movielens-100k":
-        for d in _dataset_dirs():
-            f = d / "movielens-100k" / "u.data"
-            if f.is_file():
-                return load_movielens(f), "movielens-100k"
-        label = "synthetic (MovieLens 100K not found)"
+        found = find_file(FILES["MovieLens 100K"])
+        if found is not None:
+            return load_movielens(found), "MovieLens 100K"
+        label = stand_in("MovieLens 100K")
     elif name in ("synthetic", "synthetic-1m"):
         label = name
     else:
@@ -409,8 +398,9 @@ register(
     Experiment(
         name="hamsi-fig3.3",
         description="Colour-class sizes of COLOR (first fit) vs COLOR-B (balanced random) and STRATA vs "
-        "STRATA-B block sizes on MovieLens 100K (Figs. 3.3-3.4 of seed 003).",
-        seed_doc="seed 003, Figs. 3.3-3.4",
+        "STRATA-B block sizes on {data} (Figs. 3.3-3.4 of the thesis).",
+        data="MovieLens 100K",
+        seed_doc=f"{KURU}, Figs. 3.3-3.4",
         run=_balance,
         check=_check_dataset,
         configs={"quick": BalanceConfig(), "paper": BalanceConfig()},
@@ -422,8 +412,10 @@ register(
     Experiment(
         name="hamsi-table3.1",
         description="Final training RMSE of mb-GD and HAMSI (det/stoc) with the five partitioners under a "
-        "fixed wall-clock budget (Table 3.1 of seed 003; quick: MovieLens 100K, rank 10, 4 outer iterations).",
-        seed_doc="seed 003, Table 3.1",
+        "fixed budget (Table 3.1 of the thesis), on {data}, rank {rank}; wall-clock budget (s): "
+        "{time_budget}; outer iterations at most: {max_epochs}.",
+        data="MovieLens 100K",
+        seed_doc=f"{KURU}, Table 3.1",
         run=_runs,
         check=_check_dataset,
         configs={
@@ -438,9 +430,11 @@ register(
 register(
     Experiment(
         name="hamsi-fig3.5",
-        description="RMSE vs wall-clock time, mb-GD vs HAMSI with STRATA-B (Fig. 3.5 of seed 003), plus "
-        "held-out RMSE on an 80/20 split.",
-        seed_doc="seed 003, Fig. 3.5",
+        description="RMSE vs wall-clock time ({time_budget} s per run) on {data}, rank {rank}, mb-GD vs HAMSI "
+        "with STRATA-B (Fig. 3.5 of the thesis), plus the RMSE on a held-out fraction {test_fraction} of "
+        "the ratings.",
+        data="MovieLens 100K",
+        seed_doc=f"{KURU}, Fig. 3.5",
         run=_runs,
         check=_check_dataset,
         configs={
@@ -462,10 +456,12 @@ _HELDOUT: dict[str, Any] = dict(
 register(
     Experiment(
         name="hamsi-heldout",
-        description="Held-out RMSE (80/20 split) vs time of l2-regularized mb-GD and HAMSI (dpopt's defaults) "
+        data="MovieLens 100K",
+        description="Held-out RMSE (held-out fraction {test_fraction}) on {data} vs time of l2-regularized "
+        "mb-GD and HAMSI (dpopt's defaults) "
         "with STRATA-B (not in the thesis, whose training RMSE of an unregularized rank-50 model "
         "measures overfitting).",
-        seed_doc="seed 003, §3.5 (extension)",
+        seed_doc=f"{KURU}, §3.5 (an extension)",
         run=_runs,
         check=_check_dataset,
         configs={
@@ -481,8 +477,9 @@ register(
 register(
     Experiment(
         name="hamsi-fig3.6",
-        description="HAMSI RMSE vs time for several thread counts with STRATA-B (Fig. 3.6 of seed 003).",
-        seed_doc="seed 003, Fig. 3.6",
+        description="HAMSI RMSE vs time on {data} for {threads} threads with STRATA-B (Fig. 3.6 of the thesis).",
+        data="MovieLens 100K",
+        seed_doc=f"{KURU}, Fig. 3.6",
         run=_runs,
         check=_check_dataset,
         configs={
@@ -510,9 +507,10 @@ register(
 register(
     Experiment(
         name="hamsi-fig3.7",
-        description="Time of one outer iteration split into gradient, update and Hessian phases per scheme "
-        "(Fig. 3.7 of seed 003; fixed iteration budget).",
-        seed_doc="seed 003, Fig. 3.7",
+        description="Time of one outer iteration split into gradient, update and Hessian phases per scheme, "
+        "on {data} ({max_epochs} outer iterations; Fig. 3.7 of the thesis).",
+        data="MovieLens 100K",
+        seed_doc=f"{KURU}, Fig. 3.7",
         run=_runs,
         check=_check_dataset,
         configs={

@@ -42,6 +42,7 @@ from scipy.optimize import minimize as sp_minimize
 from dpopt.accounting import Budget
 from dpopt.datasets import load_digits_one_vs_rest, make_logistic
 from dpopt.exceptions import PrivacyClaimWarning
+from dpopt.experiments.papers import KURU
 from dpopt.experiments.registry import TOUR, Experiment, register
 from dpopt.iteration import IterationInfo
 from dpopt.problems import DataBounds, ERMProblem
@@ -390,44 +391,46 @@ QUICK: dict[str, Any] = {"n_samples": 2000, "iterations": 200, "record_every": 2
 _SPECS: list[tuple[str, str, str, KuruConfig, KuruConfig]] = [
     (
         "kuru-fig4.2",
-        "DP-GDwS: f - f* vs iteration for several smoothing weights β, ε = 0.5, 0.8, 1.",
-        "seed 003, Fig. 4.2",
+        "DP-GDwS: f - f* vs iteration for smoothing weights β = {betas}, ε = {epsilons}, {iterations} iterations.",
+        f"{KURU}, Fig. 4.2",
         KuruConfig(methods=("DP-GDwS",), epsilons=(1.0,), betas=(0.1, 0.5, 1.0), **QUICK),
         KuruConfig(methods=("DP-GDwS",), epsilons=(0.5, 0.8, 1.0), betas=BETAS_CURVES),
     ),
     (
         "kuru-fig4.3",
-        "DP-GDwS: final f - f* vs β ∈ {0.01, ..., 1} for ε = 0.5, 0.8, 1.",
-        "seed 003, Fig. 4.3",
+        "DP-GDwS: final f - f* vs β = {betas} for ε = {epsilons}.",
+        f"{KURU}, Fig. 4.3",
         KuruConfig(kind="beta_sweep", methods=("DP-GDwS",), betas=(0.05, 0.1, 0.3, 0.6, 1.0), **QUICK),
         KuruConfig(kind="beta_sweep", methods=("DP-GDwS",), epsilons=(0.5, 0.8, 1.0), betas=BETAS_SWEEP),
     ),
     (
         "kuru-fig4.4",
-        "DP-MAG vs DP versions of M-ASG and M-ASG*, several ε, 10³ iterations.",
-        "seed 003, Fig. 4.4",
+        "DP-MAG vs DP versions of M-ASG and M-ASG*, ε = {epsilons}, {iterations} iterations (the thesis: 10³).",
+        f"{KURU}, Fig. 4.4",
         KuruConfig(methods=("DP-MAG", "DP-M-ASG", "DP-M-ASG*"), **QUICK),
         KuruConfig(methods=("DP-MAG", "DP-M-ASG", "DP-M-ASG*"), epsilons=(0.5, 0.8, 1.0)),
     ),
     (
         "kuru-fig4.5",
-        "DP-MAG vs DP versions of M-ASG and M-ASG*, several ε, 10⁴ iterations.",
-        "seed 003, Fig. 4.5",
+        "DP-MAG vs DP versions of M-ASG and M-ASG*, ε = {epsilons}, {iterations} iterations (the thesis: 10⁴).",
+        f"{KURU}, Fig. 4.5",
         KuruConfig(methods=("DP-MAG", "DP-M-ASG", "DP-M-ASG*"), n_samples=2000, iterations=1000, record_every=50),
         KuruConfig(methods=("DP-MAG", "DP-M-ASG", "DP-M-ASG*"), epsilons=(0.5, 0.8, 1.0), iterations=10_000,
                    record_every=100),
     ),
     (
         "kuru-fig4.6",
-        "Deterministic comparison: DP-GDwS (β = 0.1) and DP-MAG vs DP-GD, DP-NAG, DP-HB, DP-M-ASG, DP-M-ASG*.",
-        "seed 003, Fig. 4.6",
+        "Deterministic comparison: DP-GDwS (β = {betas}) and DP-MAG vs DP-GD, DP-NAG, DP-HB, DP-M-ASG, "
+        "DP-M-ASG*; ε = {epsilons}, {iterations} iterations on {n_samples} samples.",
+        f"{KURU}, Fig. 4.6",
         KuruConfig(methods=DET, accountings=("paper", "sound-gaussian"), **QUICK),
         KuruConfig(methods=DET, epsilons=(0.5, 0.8, 1.0)),
     ),
     (
         "kuru-fig4.7",
-        "Final f - f* on ten synthetic data sets, ε = 0.5 (DP-NAG and DP-HB omitted as in the thesis).",
-        "seed 003, Fig. 4.7",
+        "Final f - f* on synthetic data sets {data_seeds} (the thesis: ten), ε = {epsilons} (DP-NAG and DP-HB "
+        "omitted as in the thesis).",
+        f"{KURU}, Fig. 4.7",
         KuruConfig(kind="final", methods=("DP-GDwS", "DP-MAG", "DP-GD", "DP-M-ASG", "DP-M-ASG*"),
                    epsilons=(0.5,), data_seeds=(0, 1, 2), **QUICK),
         KuruConfig(kind="final", methods=("DP-GDwS", "DP-MAG", "DP-GD", "DP-M-ASG", "DP-M-ASG*"),
@@ -435,38 +438,40 @@ _SPECS: list[tuple[str, str, str, KuruConfig, KuruConfig]] = [
     ),
     (
         "kuru-fig4.8",
-        "DP-SGDwS for several β and ε, mini-batch m = 1, 10, 100, 1000 (Figs. 4.8-4.11).",
-        "seed 003, Figs. 4.8-4.11",
+        "DP-SGDwS for β = {betas} and ε = {epsilons}, mini-batch m = {batch_sizes} (Figs. 4.8-4.11).",
+        f"{KURU}, Figs. 4.8-4.11",
         KuruConfig(methods=("DP-GDwS",), betas=(0.1, 1.0), batch_sizes=(1, 10), **QUICK),
         KuruConfig(methods=("DP-GDwS",), epsilons=(0.5, 0.8, 1.0), betas=BETAS_CURVES,
                    batch_sizes=(1, 10, 100, 1000)),
     ),
     (
         "kuru-fig4.12",
-        "DP-SGDwS: final f - f* vs β ∈ {0.01, ..., 1}, ε = 1, m = 1, 10, 100, 1000.",
-        "seed 003, Fig. 4.12",
+        "DP-SGDwS: final f - f* vs β = {betas}, ε = {epsilons}, m = {batch_sizes}.",
+        f"{KURU}, Fig. 4.12",
         KuruConfig(kind="beta_sweep", methods=("DP-GDwS",), betas=(0.05, 0.1, 0.3, 1.0), batch_sizes=(10,),
                    **QUICK),
         KuruConfig(kind="beta_sweep", methods=("DP-GDwS",), betas=BETAS_SWEEP, batch_sizes=(1, 10, 100, 1000)),
     ),
     (
         "kuru-fig4.13",
-        "DP-onlineGDwS with buckets of 10 records (T = n/10), several β.",
-        "seed 003, Fig. 4.13",
+        "DP-onlineGDwS with buckets of {bucket_size} records (T = n/{bucket_size}), β = {betas}.",
+        f"{KURU}, Fig. 4.13",
         KuruConfig(methods=("DP-onlineGDwS",), betas=(0.1, 0.5, 1.0), n_samples=2000, record_every=10),
         KuruConfig(methods=("DP-onlineGDwS",), epsilons=(0.5, 0.8, 1.0), betas=BETAS_CURVES),
     ),
     (
         "kuru-fig4.14",
-        "DP-SMAG vs stochastic M-ASG and M-ASG*, ε = 1, m = 1, 10, 100, 1000, 10³ iterations.",
-        "seed 003, Fig. 4.14",
+        "DP-SMAG vs stochastic M-ASG and M-ASG*, ε = {epsilons}, m = {batch_sizes}, {iterations} iterations "
+        "(the thesis: 10³).",
+        f"{KURU}, Fig. 4.14",
         KuruConfig(methods=("DP-MAG", "DP-M-ASG", "DP-M-ASG*"), batch_sizes=(10,), **QUICK),
         KuruConfig(methods=("DP-MAG", "DP-M-ASG", "DP-M-ASG*"), batch_sizes=(1, 10, 100, 1000)),
     ),
     (
         "kuru-fig4.15",
-        "DP-SMAG vs stochastic M-ASG and M-ASG*, ε = 1, m = 1, 10, 100, 1000, 10⁴ iterations.",
-        "seed 003, Fig. 4.15",
+        "DP-SMAG vs stochastic M-ASG and M-ASG*, ε = {epsilons}, m = {batch_sizes}, {iterations} iterations "
+        "(the thesis: 10⁴).",
+        f"{KURU}, Fig. 4.15",
         KuruConfig(methods=("DP-MAG", "DP-M-ASG", "DP-M-ASG*"), batch_sizes=(10,), n_samples=2000,
                    iterations=1000, record_every=50),
         KuruConfig(methods=("DP-MAG", "DP-M-ASG", "DP-M-ASG*"), batch_sizes=(1, 10, 100, 1000),
@@ -475,15 +480,16 @@ _SPECS: list[tuple[str, str, str, KuruConfig, KuruConfig]] = [
     (
         "kuru-fig4.16",
         "Stochastic comparison (DP-SGDwS β = 0.1, DP-SMAG vs SGD, SNAG, SHB, stocMASG, stocMASG*), "
-        "m = 1, 10, 100, 1000 (Figs. 4.16-4.19).",
-        "seed 003, Figs. 4.16-4.19",
+        "ε = {epsilons}, m = {batch_sizes} (Figs. 4.16-4.19).",
+        f"{KURU}, Figs. 4.16-4.19",
         KuruConfig(methods=STOCH, batch_sizes=(10,), accountings=("paper", "sound"), **QUICK),
         KuruConfig(methods=STOCH, epsilons=(0.5, 0.8, 1.0), batch_sizes=(1, 10, 100, 1000)),
     ),
     (
         "kuru-fig4.20",
-        "Stochastic methods: final f - f* over ten synthetic data sets, ε = 0.5, m = 1, 10, 100, 1000.",
-        "seed 003, Fig. 4.20",
+        "Stochastic methods: final f - f* over synthetic data sets {data_seeds} (the thesis: ten), ε = {epsilons}, "
+        "m = {batch_sizes}.",
+        f"{KURU}, Fig. 4.20",
         KuruConfig(kind="final", methods=("DP-GDwS", "DP-MAG", "DP-GD", "DP-M-ASG"), epsilons=(0.5,),
                    batch_sizes=(10,), data_seeds=(0, 1), accountings=("paper", "sound"), **QUICK),
         KuruConfig(kind="final", methods=STOCH, epsilons=(0.5,), batch_sizes=(1, 10, 100, 1000),
@@ -491,9 +497,9 @@ _SPECS: list[tuple[str, str, str, KuruConfig, KuruConfig]] = [
     ),
     (
         "kuru-fig4.21",
-        "Digits (bundled MNIST stand-in, digit 1 vs rest): stochastic comparison, m = 1, 10, 100, 1000 "
+        "Digits (bundled MNIST stand-in, digit 1 vs rest): stochastic comparison, ε = {epsilons}, m = {batch_sizes} "
         "(Figs. 4.21-4.24).",
-        "seed 003, Figs. 4.21-4.24",
+        f"{KURU}, Figs. 4.21-4.24",
         KuruConfig(methods=("DP-GDwS", "DP-MAG", "DP-GD"), batch_sizes=(10,), dataset="digits",
                    accountings=("paper", "sound"), iterations=200, record_every=20),
         KuruConfig(methods=STOCH, epsilons=(0.5, 0.8, 1.0), batch_sizes=(1, 10, 100, 1000), dataset="digits"),

@@ -46,6 +46,7 @@ import numpy as np
 from dpopt.accounting import Budget
 from dpopt.datasets import make_logistic
 from dpopt.exceptions import InvalidParameterError
+from dpopt.experiments.papers import KURU
 from dpopt.experiments.plots import draw_lines, new_figure, save_figure
 from dpopt.experiments.registry import Experiment, register, skip_module
 from dpopt.problems import DataBounds, ERMProblem
@@ -444,7 +445,7 @@ else:
                 "DP-GDwS certified linear rate from the small LMI (bisection, cvxpy) vs κ and vs 1 - β\n"
                 "Fig. 4.1 of the thesis; compared with the exact rate of the same iteration on quadratics."
             ),
-            seed_doc="seed 003, Fig. 4.1 (§4.2.1, Cor. 4.2.5)",
+            seed_doc=f"{KURU}, Fig. 4.1 (§4.2.1, Cor. 4.2.5)",
             run=run,
             check=_check,
             configs={

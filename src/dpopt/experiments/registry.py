@@ -39,10 +39,13 @@ __all__ = [
     "TablesFn",
     "all_experiments",
     "check_paths",
+    "describe",
     "get",
     "names",
     "override_config",
+    "placeholders",
     "register",
+    "setting_text",
     "skip_module",
     "skipped_modules",
     "tour_names",
@@ -112,8 +115,14 @@ class Experiment:
         Lower-case identifier such as ``"coa-fig2"`` or ``"kuru-fig4.2"`` (letters, digits, ``-``, ``.``).
     description
         What the experiment shows; the first line is the one-line summary printed by ``dpopt list``.
+        It may name settings as ``{field}`` (a field of the configurations, e.g. ``m = {m}``) and
+        the data as ``{data}``: a report fills them with the run's own settings and with the data
+        its records say it used (:func:`describe`), so it never states a size or names a data set
+        the run did not use.  Without a run they read as the paper scale's value with the quick
+        one beside it (``m = 1024 (quick: 64)``) and as ``data``.  After construction this field
+        holds that text; the text with the placeholders is ``description_template``.
     seed_doc
-        Where it comes from, e.g. ``"seed 000, Fig. 2"``.
+        Where it comes from, as a reader would cite it, e.g. ``"Yuan et al., KDD 2016, Fig. 2"``.
     run
         ``run(config, rng)`` yields one tidy record (a flat ``dict`` of JSON-able values) at a time.
         It must take all randomness from ``rng`` and use only dpopt's public API.  The keys
@@ -132,6 +141,12 @@ class Experiment:
         configuration that cannot run (e.g. an unknown data set name).  It runs in
         :meth:`config`, so before the runner writes anything.  Every configuration also passes
         :func:`check_paths` (settings that name files must name existing ones).
+    data
+        What ``{data}`` in the description reads as when no records say which data was used
+        (e.g. ``"UCI Adult"``); required when the description uses ``{data}``.
+    description_template
+        The description with its placeholders (set from ``description``; give it only to
+        :func:`dataclasses.replace` an experiment's other fields).
     """
 
     name: str
@@ -142,6 +157,8 @@ class Experiment:
     plot: PlotFn | None = None
     tables: TablesFn | None = None
     check: CheckFn | None = None
+    data: str = ""
+    description_template: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -171,6 +188,43 @@ class Experiment:
                 raise InvalidParameterError(f"{self.name}: config scale names must be strings")
             _check_config(cfg, f"{self.name}: configs[{scale!r}]")
         object.__setattr__(self, "configs", MappingProxyType(dict(self.configs)))
+        self._set_description()
+
+    def _set_description(self) -> None:
+        template = self.description
+        if not placeholders(template) and self.description_template:
+            template = self.description_template  # dataclasses.replace of another field
+        for key in placeholders(template):
+            if key == DATA_PLACEHOLDER:
+                if not self.data:
+                    raise InvalidParameterError(
+                        f"{self.name}: the description names the data as {{data}}; give data= (e.g. 'UCI Adult')"
+                    )
+                continue
+            for scale, cfg in self.configs.items():
+                if _setting(cfg, key) is _MISSING:
+                    raise InvalidParameterError(
+                        f"{self.name}: the description names {{{key}}}, which configs[{scale!r}] does not have"
+                    )
+        object.__setattr__(self, "description_template", template)
+        object.__setattr__(self, "description", self.describe())
+
+    def describe(
+        self, config: Config | Mapping[str, Any] | None = None, records: Sequence[Mapping[str, Any]] = ()
+    ) -> str:
+        """The description with its placeholders filled (see :func:`describe`).
+
+        Without ``config`` a setting reads as the paper scale's value with the quick one beside it
+        when they differ; without records naming the data, ``{data}`` reads as :attr:`data`.
+        """
+        if config is None:
+            quick, paper = self.configs.get("quick"), self.configs.get("paper")
+            values = {}
+            for key in placeholders(self.description_template) - {DATA_PLACEHOLDER}:
+                p, q = describe(f"{{{key}}}", paper), describe(f"{{{key}}}", quick)
+                values[key] = p if p == q else f"{p} (quick: {q})"
+            return describe(self.description_template, values, records, data=self.data)
+        return describe(self.description_template, config, records, data=self.data)
 
     @property
     def summary(self) -> str:
@@ -195,6 +249,79 @@ class Experiment:
         if self.check is not None:
             self.check(config)
         return config
+
+
+#: ``{data}`` in a description: the data a run used (from its records' ``dataset`` field).
+DATA_PLACEHOLDER = "data"
+_PLACEHOLDER_RE = re.compile(r"\{([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*)\}")
+
+
+def placeholders(template: str) -> set[str]:
+    """The ``{name}`` placeholders of a description."""
+    return set(_PLACEHOLDER_RE.findall(template))
+
+
+def setting_text(value: Any) -> str:
+    """A setting as a description states it: ``64``, ``10,000``, ``0.5``, ``1, 10, 100``."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+    if isinstance(value, float):
+        return setting_text(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(setting_text(v) for v in value)
+    return "none" if value is None else str(value)
+
+
+_MISSING = object()
+
+
+def _setting(config: Any, dotted: str) -> Any:
+    """The setting ``a.b`` of a configuration (dataclass or stored mapping); ``_MISSING`` if none."""
+    if isinstance(config, Mapping) and dotted in config:
+        return config[dotted]
+    value = config
+    for part in dotted.split("."):
+        if isinstance(value, Mapping):
+            value = value.get(part, _MISSING)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = getattr(value, part, _MISSING)
+        else:
+            return _MISSING
+        if value is _MISSING:
+            return _MISSING
+    return value
+
+
+def describe(
+    template: str,
+    config: Config | Mapping[str, Any] | None = None,
+    records: Sequence[Mapping[str, Any]] = (),
+    *,
+    data: str = "",
+) -> str:
+    """Fill a description's placeholders for one run.
+
+    ``{field}`` (or ``{field.subfield}`` of a nested setting) becomes the run's setting (``config``:
+    a configuration dataclass or its stored mapping; a string is used as it is) and ``{data}`` the
+    data that ``records`` say the run used (:func:`dpopt.experiments.data.data_phrase`), else
+    ``data``.  A placeholder with nothing to fill it stays as it is.
+    """
+    from dpopt.experiments.data import data_phrase, data_used
+
+    used = data_phrase(data_used(records)) or data
+
+    def fill(m: re.Match[str]) -> str:
+        key = m.group(1)
+        if key == DATA_PLACEHOLDER:
+            return used or m.group(0)
+        value = _setting(config, key) if config is not None else _MISSING
+        if value is _MISSING:
+            return m.group(0)
+        return value if isinstance(value, str) else setting_text(value)
+
+    return _PLACEHOLDER_RE.sub(fill, template)
 
 
 _TRUE = ("1", "true", "yes", "on")

@@ -16,6 +16,7 @@ from typing import Any
 
 from dpopt.exceptions import DPOptError, InvalidParameterError
 from dpopt.experiments import registry
+from dpopt.experiments.data import ENV, FILES, data_used, missing_sets
 from dpopt.experiments.records import RECORDS_FILE, read_jsonl, write_text_atomic
 from dpopt.experiments.runner import CONFIG_FILE, FORMAT, RUN_FILE, SEEDS_DONE_FILE
 
@@ -264,7 +265,7 @@ def _seeds_text(seeds: Sequence[Any]) -> str:
     return f"{len(ints)} seeds ({listed}{'' if contiguous or len(ints) <= _MAX_LIST else ', …'})"
 
 
-def _setting_value(value: Any, paths: _Paths) -> str | None:
+def _setting_value(value: Any, paths: _Paths | None) -> str | None:
     if value is None or value == "" or value == [] or value == {}:
         return None
     if isinstance(value, list | tuple):
@@ -310,7 +311,57 @@ def _audit_verdict(records: Sequence[Mapping[str, Any]]) -> str:
     return text + ". An audit gives a lower bound on ε: it can refute a claim, never prove one.</p>"
 
 
-def _run_section(run_dir: Path, anchor: str, number: int, base: Path, embed: bool, max_rows: int) -> str:
+def _description(meta: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+    """What the run measured, stating its own settings and the data its records say it used.
+
+    The registered experiment's current wording is used when there is one (else the one stored
+    with the run); runs stored before descriptions had placeholders show their stored text.
+    """
+    try:
+        experiment = registry.get(str(meta.get("experiment", "")))
+        template, data = experiment.description_template, experiment.data
+    except DPOptError:
+        template, data = str(meta.get("description_template", "")), str(meta.get("data", ""))
+    if not template:
+        return str(meta.get("description", ""))
+    config = meta.get("config")
+    return registry.describe(template, config if isinstance(config, dict) else None, records, data=data)
+
+
+def _stand_in_notes(missing: Sequence[str]) -> str:
+    """A warning per public data set that a run replaced by a synthetic stand-in."""
+    notes = []
+    for name in missing:
+        where = FILES.get(name)
+        notes.append(
+            f'<p class="warn">{_e(name)}{f" ({_e(where)})" if where else ""} was not found in the folder '
+            f"named by {ENV} (or in shared/datasets), so this run used a synthetic stand-in of the same "
+            "size: its numbers say how the methods compare, not what they achieve on the real data. "
+            f"To use the real set, set {ENV} to a folder holding the published files.</p>"
+        )
+    return "".join(notes)
+
+
+def _mark_stand_ins(config: Mapping[str, Any], missing: Sequence[str]) -> dict[str, Any]:
+    """The settings, with a requested data set that was not found said to be so."""
+    if not missing:
+        return dict(config)
+    note = f"({', '.join(missing)} not found: a synthetic stand-in was used)"
+    return {
+        k: f"{_setting_value(v, None) or v} {note}" if k in ("dataset", "datasets") else v
+        for k, v in config.items()
+    }
+
+
+def _run_section(
+    run_dir: Path,
+    records: list[dict[str, Any]],
+    anchor: str,
+    number: int,
+    base: Path,
+    embed: bool,
+    max_rows: int,
+) -> str:
     meta = _read_meta(run_dir) or {}
     paths = _Paths(base)
     name = str(meta.get("experiment", run_dir.name))
@@ -319,8 +370,6 @@ def _run_section(run_dir: Path, anchor: str, number: int, base: Path, embed: boo
         run_info = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         run_info = None
-    records_path = run_dir / RECORDS_FILE
-    records = read_jsonl(records_path) if records_path.is_file() else []
     done_path = run_dir / SEEDS_DONE_FILE
     seeds_done = sorted(int(d["seed"]) for d in read_jsonl(done_path)) if done_path.is_file() else []
     seeds = list(meta.get("seeds", []))
@@ -328,7 +377,7 @@ def _run_section(run_dir: Path, anchor: str, number: int, base: Path, embed: boo
     parts = [
         f'<section><h2 id="{_e(anchor)}">{number}. {_e(name)} <span class="muted">({_e(scale)})</span></h2>'
     ]
-    description = str(meta.get("description", ""))
+    description = _description(meta, records)
     if description:
         parts.append("".join(f"<p>{_e(paths(para))}</p>" for para in description.strip().split("\n\n")))
     folder = Path(os.path.relpath(run_dir, base)).as_posix()
@@ -338,6 +387,10 @@ def _run_section(run_dir: Path, anchor: str, number: int, base: Path, embed: boo
         _e(_seeds_text(seeds)),
         f"{len(records)} records",
     ]
+    used = data_used(records)
+    absent = missing_sets(used)  # public sets replaced by synthetic stand-ins
+    if used:
+        meta_items.append(f"data: {_e(', '.join(used))}")
     if run_info is not None and isinstance(run_info.get("elapsed_seconds"), int | float):
         meta_items.append(f"ran in {float(run_info['elapsed_seconds']):.1f} s")
     meta_items.append(f"folder: <code>{_e(folder)}/</code>")
@@ -350,8 +403,11 @@ def _run_section(run_dir: Path, anchor: str, number: int, base: Path, embed: boo
             + f"); resume it with <code>dpopt reproduce {_e(name)} --resume --out {_e(folder)}</code>.</p>"
         )
     config = meta.get("config", {})
+    if isinstance(config, dict):
+        config = _mark_stand_ins(config, absent)
+    parts.append(_stand_in_notes(absent))
     if isinstance(config, dict) and config:
-        note = " (smaller than the paper's sizes the description may quote)" if scale == "quick" else ""
+        note = " (smaller than the paper's)" if scale == "quick" else ""
         parts.append(
             f'<p class="settings"><b>Settings actually used, {_e(scale)} scale{note}:</b> '
             f"{_settings_sentence(config, paths)}</p>"
@@ -472,15 +528,16 @@ def write_report(
     runs = [runs[i] for i in order]
     metas = [metas[i] for i in order]
     anchors = [f"run-{i}" for i in range(len(runs))]
+    records = [read_jsonl(r / RECORDS_FILE) if (r / RECORDS_FILE).is_file() else [] for r in runs]
     toc = ['<nav class="toc"><b>Contents</b><ol>']
-    for anchor, meta, run in zip(anchors, metas, runs, strict=True):
+    for anchor, meta, run, recs in zip(anchors, metas, runs, records, strict=True):
         label = f"{meta.get('experiment', run.name)} ({meta.get('scale', '?')})"
-        summary = str(meta.get("description", "")).strip().split("\n")[0]
+        summary = _description(meta, recs).strip().split("\n")[0]
         toc.append(f'<li><a href="#{anchor}">{_e(label)}</a> <span class="muted">— {_e(summary)}</span></li>')
     toc.append("</ol></nav>")
     sections = [
-        _run_section(run, anchor, i + 1, base, embed, max_rows)
-        for i, (run, anchor) in enumerate(zip(runs, anchors, strict=True))
+        _run_section(run, recs, anchor, i + 1, base, embed, max_rows)
+        for i, (run, recs, anchor) in enumerate(zip(runs, records, anchors, strict=True))
     ]
     now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     doc = "\n".join(

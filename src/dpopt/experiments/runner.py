@@ -284,7 +284,9 @@ def run_experiment(
         meta = {
             "format": FORMAT,
             "experiment": experiment.name,
-            "description": experiment.description,
+            "description": experiment.describe(config),  # this run's settings; the report adds the data
+            "description_template": experiment.description_template,
+            "data": experiment.data,
             "seed_doc": experiment.seed_doc,
             "scale": scale,
             "config_type": f"{type(config).__module__}.{type(config).__qualname__}",

@@ -224,7 +224,7 @@ register(
             "Audited vs claimed ε for every mechanism (and two broken ones); noise needed by classic, "
             "strong-composition and tight (RDP/PLD) accounting for T Gaussian releases."
         ),
-        seed_doc="foundation (no seed figure)",
+        seed_doc="dpopt itself (not from a paper)",
         run=run,
         configs={
             "quick": TourConfig(),

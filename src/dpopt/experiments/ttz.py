@@ -25,6 +25,7 @@ import numpy as np
 from scipy import stats
 
 from dpopt.accounting import Budget
+from dpopt.experiments.papers import TTZ
 from dpopt.experiments.plots import draw_bars, draw_lines, new_figure, save_figure
 from dpopt.experiments.registry import TOUR, Experiment, register
 from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball
@@ -460,19 +461,14 @@ def _diabetes() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _adult_dir(path: str) -> Path:
-    import os
+    from dpopt.experiments.data import FILES, find_file
 
     if path:
         return Path(path)
-    candidates = []
-    if os.environ.get("DPOPT_DATASETS"):
-        candidates.append(Path(os.environ["DPOPT_DATASETS"]) / "adult")
-    candidates += [p / "shared" / "datasets" / "adult" for p in Path(__file__).resolve().parents[2:5]]
-    candidates.append(Path.cwd().parent / "shared" / "datasets" / "adult")
-    for c in candidates:
-        if (c / "adult.data").exists():
-            return c
-    raise FileNotFoundError("UCI Adult not found: set DPOPT_DATASETS or RealConfig.adult_path")
+    found = find_file(FILES["UCI Adult"])
+    if found is None:
+        raise FileNotFoundError("UCI Adult not found: set DPOPT_DATASETS or RealConfig.adult_path")
+    return found.parent
 
 
 def _check_e5(cfg: RealConfig) -> None:
@@ -499,7 +495,7 @@ def run_e5(cfg: RealConfig, rng: np.random.Generator) -> Iterator[Record]:
 
         ds = load_adult(_adult_dir(cfg.adult_path))
         assert ds.y is not None
-        sets.append(("adult", ds.X, ds.y))
+        sets.append(("UCI Adult", ds.X, ds.y))
     seed = int(rng.integers(0, 2**31 - 1))
     for name, X, y in sets:
         Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.2, random_state=seed)
@@ -603,9 +599,9 @@ register(
         name="ttz-e1",
         description=(
             "Noise-MD: excess risk vs n (slope ≈ -1) and vs p: l1 ball grows like log p, l2 ball like sqrt(p)\n"
-            "Spec B.13 E1 (Thm 3.2, eqs. 13-14); logistic loss, ||x||_2 <= 1."
+            "Checks Thm 3.2, eqs. 13-14 of the paper; logistic loss, ||x||_2 <= 1."
         ),
-        seed_doc="seed 002, Thm 3.2 (no figure in the paper)",
+        seed_doc=f"{TTZ}, Thm 3.2 (no figure in the paper)",
         run=run_e1,
         configs={"quick": SweepConfig(), "paper": E1_PAPER},
         plot=plot_e1,
@@ -617,9 +613,9 @@ register(
         name="ttz-e2",
         description=(
             "Objective perturbation vs Noise-MD on a smooth loss, l1 vs l2 ball (width dependence)\n"
-            "Spec B.13 E2 (Thm 4.1)."
+            "Checks Thm 4.1 of the paper."
         ),
-        seed_doc="seed 002, Thm 4.1 (no figure in the paper)",
+        seed_doc=f"{TTZ}, Thm 4.1 (no figure in the paper)",
         run=run_e2,
         configs={
             "quick": SweepConfig(n_values=(500, 1000, 2000), max_iterations=1000),
@@ -634,9 +630,9 @@ register(
         name="ttz-e3",
         description=(
             "Private Frank-Wolfe on LASSO: excess risk vs n (slope ≈ -2/3), only log growth in p; MD/objpert controls\n"
-            "Spec B.13 E3 (Thm 5.5, Cor. 5.7)."
+            "Checks Thm 5.5, Cor. 5.7 of the paper."
         ),
-        seed_doc="seed 002, Thm 5.5 / Cor. 5.7 (no figure in the paper)",
+        seed_doc=f"{TTZ}, Thm 5.5 / Cor. 5.7 (no figure in the paper)",
         run=run_e3,
         configs={
             "quick": LassoConfig(controls=False),
@@ -657,9 +653,10 @@ register(
         name="ttz-e4",
         description=(
             "Paper vs tight calibration: excess risk at equal (ε, δ) for Noise-MD, objective perturbation, Noise-FW\n"
+            "(synthetic data: n = {n} rows, p = {p} features, ε = {epsilons}, δ = {delta}). "
             "The paper's constants are either loose (MD: ~14x more noise) or unsound (FW, objpert: true ε ≈ 2x)."
         ),
-        seed_doc="seed 002, Thms 3.1, 4.1, 5.4 (no figure in the paper)",
+        seed_doc=f"{TTZ}, Thms 3.1, 4.1, 5.4 (no figure in the paper)",
         run=run_e4,
         configs={
             "quick": CalibrationConfig(),
@@ -675,10 +672,11 @@ register(
     Experiment(
         name="ttz-e5",
         description=(
-            "Real data: private logistic regression (breast cancer; UCI Adult at paper scale) and LASSO (diabetes)\n"
+            "Real data: private logistic regression and LASSO on {data}\n"
             "Objective perturbation, Noise-MD and Gaussian Noise-FW at several ε."
         ),
-        seed_doc="seed 002 (no experiments in the paper)",
+        data="breast-cancer and diabetes (at paper scale also UCI Adult)",
+        seed_doc=f"{TTZ} (no experiments in the paper)",
         run=run_e5,
         check=_check_e5,
         configs={"quick": RealConfig(), "paper": RealConfig(epsilons=(0.1, 0.5, 1.0, 2.0, 5.0), adult=True)},

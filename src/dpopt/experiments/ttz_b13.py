@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from dpopt.accounting import Budget
+from dpopt.experiments.papers import TTZ
 from dpopt.experiments.plots import draw_lines, new_figure, save_figure
 from dpopt.experiments.registry import Experiment, register
 from dpopt.experiments.ttz import (
@@ -278,9 +279,9 @@ register(
         name="ttz-b13-e4",
         description=(
             "Gaussian Noise-FW on the l2 vs the l1 ball: slope -2/3 in n, p^(1/3) vs (log p)^(1/3)\n"
-            "Spec B.13 E4 (Thm B.2); squared loss on spiked-sphere rows (the signal does not vanish with p)."
+            "Checks Thm B.2 of the paper; squared loss on spiked-sphere rows (the signal does not vanish with p)."
         ),
-        seed_doc="seed 002, Thm B.2 (no figure in the paper)",
+        seed_doc=f"{TTZ}, Thm B.2 (no figure in the paper)",
         run=run_e4,
         configs={
             "quick": FWGaussianConfig(),
@@ -301,9 +302,9 @@ register(
         name="ttz-b13-e5",
         description=(
             "Strongly convex Noise-MD (η = 1/(Δt)): slope about -2 in n vs -1 without the regulariser\n"
-            "Spec B.13 E5 (Thm A.1); l2-regularised logistic loss, unit l2 ball, p = 20."
+            "Checks Thm A.1 of the paper; l2-regularised logistic loss, unit l2 ball, p = 20."
         ),
-        seed_doc="seed 002, Thm A.1 (no figure in the paper)",
+        seed_doc=f"{TTZ}, Thm A.1 (no figure in the paper)",
         run=run_e5,
         configs={
             "quick": StronglyConvexConfig(),
@@ -318,9 +319,9 @@ register(
         name="ttz-b13-e6",
         description=(
             "Nuclear-norm ball: Noise-MD with the spectral potential vs the Euclidean one, vs the side m\n"
-            "Spec B.13 E6 (eq. 16); matrix regression on spiked rows, prediction sqrt(m log m) vs m."
+            "Checks eq. 16 of the paper; matrix regression on spiked rows, prediction sqrt(m log m) vs m."
         ),
-        seed_doc="seed 002, eq. 16 (no figure in the paper)",
+        seed_doc=f"{TTZ}, eq. 16 (no figure in the paper)",
         run=run_e6,
         configs={
             "quick": NuclearConfig(),
@@ -335,9 +336,9 @@ register(
         name="ttz-b13-e7",
         description=(
             "Group-l1 ball: Noise-MD with the group potential vs the Euclidean one, vs block size and count\n"
-            "Spec B.13 E7 (eq. 15); prediction sqrt(k) log K vs sqrt(kK)."
+            "Checks eq. 15 of the paper; prediction sqrt(k) log K vs sqrt(kK)."
         ),
-        seed_doc="seed 002, eq. 15 (no figure in the paper)",
+        seed_doc=f"{TTZ}, eq. 15 (no figure in the paper)",
         run=run_e7,
         configs={
             "quick": GroupConfig(),
