@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from dpopt.experiments.plots import new_figure, save_figure
-from figure_checks import check_legends_when_saved, legends_outside
+from report_checks import check_legends_when_saved, legends_outside
 
 LABELS = ["DP-GD", "DP-GDwS", "DP-HB", "DP-M-ASG", "DP-M-ASG*", "DP-MAG", "DP-NAG"]
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from report_checks import PUBLIC, jargon_in, visible_text  # tests/report_checks.py
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,6 +111,11 @@ def test_readme_tour_command_with_default_out(installed: Path, tmp_path: Path) -
         assert info["n_records"] > 0
         assert all((run / f).is_file() for f in info["figures"])
     assert "<img" in report.read_text()
+    # a user's machine has no public data sets: the report names none as used, and speaks plainly
+    text = visible_text(report.read_text())
+    for m in PUBLIC.finditer(text):
+        assert "not found" in text[m.end() : m.end() + 160], text[m.start() - 80 : m.end() + 160]
+    assert jargon_in(text) == []
 
 
 @pytest.mark.parametrize("out", [None, "runs/cheap"], ids=["default-out", "relative-out"])

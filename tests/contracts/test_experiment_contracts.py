@@ -29,7 +29,7 @@ from dpopt.experiments import registry
 from dpopt.experiments.records import load_records, to_jsonable
 from dpopt.experiments.report import write_report
 from dpopt.experiments.runner import run_experiment
-from figure_checks import check_legends_when_saved  # tests/figure_checks.py
+from report_checks import check_legends_when_saved  # tests/report_checks.py
 
 #: Quick-scale runs measured slower than ~8 s (one seed, loaded 2-core machine, 2026-11-23), in seconds.
 #: Everything else registered runs in the default suite.

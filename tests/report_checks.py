@@ -1,7 +1,10 @@
-"""Checks on saved figures shared by the test suites: is any legend cut off at the figure's edge?"""
+"""Checks shared by the test suites: is a legend cut off at a figure's edge; does a report's text
+name data it did not use, or use internal jargon?"""
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 
 import pytest
@@ -47,3 +50,20 @@ def check_legends_when_saved(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(Figure, "savefig", savefig)
     return clipped
+
+
+#: Names of the public data sets the tour's runs use when they are found.
+PUBLIC = re.compile(r"UCI Adult|MovieLens 100K|movielens-100k", re.I)
+#: Internal references that mean nothing to a reader of the report.
+JARGON = [r"\bissue \d+", r"\bseed 0\d\d\b", r"\bclaims? \d", r"\bspec\b"]
+
+
+def visible_text(doc: str) -> str:
+    """The report as a reader sees it: no markup, no embedded images."""
+    doc = re.sub(r'src="data:[^"]+"', "", doc)
+    doc = re.sub(r"<style>.*?</style>", "", doc, flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", doc)))
+
+
+def jargon_in(text: str) -> list[str]:
+    return [m.group(0) for pat in JARGON for m in re.finditer(pat, text, re.I)]
