@@ -14,7 +14,7 @@ from dpopt.experiments import get, load_records, run_experiment
 def test_ttz_experiments_registered():
     for name in ("ttz-e1", "ttz-e2", "ttz-e3", "ttz-e4", "ttz-e5"):
         exp = get(name)
-        assert exp.seed_doc.startswith("seed 002")
+        assert exp.seed_doc.startswith("Talwar, Thakurta & Zhang")
         assert exp.plot is not None and exp.tables is not None
 
 

@@ -3,11 +3,14 @@ set is absent), their own sizes, and no internal jargon."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dpopt.experiments import registry
+from dpopt.experiments.data import stand_in
 from dpopt.experiments.report import write_report
 from dpopt.experiments.runner import run_experiment
 from dpopt.experiments.tour import INTRO
@@ -75,8 +78,6 @@ def test_descriptions_state_the_run_sizes_and_cite_papers() -> None:
 
 
 def test_placeholders_are_checked_when_an_experiment_is_made() -> None:
-    import dataclasses
-
     from dpopt.exceptions import InvalidParameterError
 
     demo = registry.get("coa-fig2")
@@ -87,3 +88,38 @@ def test_placeholders_are_checked_when_an_experiment_is_made() -> None:
     changed = dataclasses.replace(demo, plot=None)  # the template survives a replace
     assert changed.description_template == demo.description_template
     assert changed.description == demo.description
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cfg:
+    n: int = 3
+    dataset: str = "adult"
+
+
+def _stand_in_run(cfg: _Cfg, rng: object) -> Iterator[dict[str, object]]:
+    for i in range(cfg.n):
+        yield {"dataset": stand_in("UCI Adult"), "i": i}
+
+
+def test_report_fills_the_description_from_the_run(tmp_path: Path) -> None:
+    """Fast and self-contained: settings from the run's config, data from its records."""
+    exp = registry.Experiment(
+        name="test-honest",
+        description="Error on {data}, n = {n}.",
+        data="UCI Adult",
+        seed_doc="tests",
+        run=_stand_in_run,
+        configs={"quick": _Cfg(), "paper": _Cfg(n=100)},
+    )
+    assert exp.description == "Error on UCI Adult, n = 100 (quick: 3)."  # what `dpopt list` shows
+    registry.register(exp)
+    try:
+        run_experiment("test-honest", out_dir=tmp_path / "run", progress=False, overrides={"n": 2})
+        text = visible_text(write_report(tmp_path).read_text())
+    finally:
+        registry.unregister("test-honest")
+    assert "Error on synthetic data, n = 2." in text
+    assert "UCI Adult (adult/adult.data) was not found" in text
+    assert "dataset = adult (UCI Adult not found: a synthetic stand-in was used)" in text
+    for m in PUBLIC.finditer(text):
+        assert "not found" in text[m.end() : m.end() + 160], text[m.start() - 80 : m.end() + 160]

@@ -325,7 +325,10 @@ def _description(meta: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) 
     if not template:
         return str(meta.get("description", ""))
     config = meta.get("config")
-    return registry.describe(template, config if isinstance(config, dict) else None, records, data=data)
+    text = registry.describe(template, config if isinstance(config, dict) else None, records, data=data)
+    if registry.placeholders(text):  # a run stored with other settings than the current wording names
+        return str(meta.get("description", "")) or text
+    return text
 
 
 def _stand_in_notes(missing: Sequence[str]) -> str:
