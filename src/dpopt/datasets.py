@@ -17,10 +17,9 @@ malformed one; both messages name the file and the expected format and never ech
 Where the reference data lives
 ------------------------------
 dpopt ships no data files.  The reproductions and the tests that use the public reference sets
-(UCI Adult, MovieLens) look for them in the folder named by the ``DPOPT_DATASETS`` environment
-variable when it is set (and only there), else in ``../shared/datasets`` next to the source tree; the
-folder holds one sub-folder per set (``adult/adult.data``, ``adult/adult.test``,
-``movielens-100k/u.data``, ...).
+(UCI Adult, MovieLens) look for them in the folder named by the ``DPOPT_DATASETS`` environment variable
+when it is set (and only there), else in ``../shared/datasets`` next to the source tree; the folder holds
+one sub-folder per set (``adult/adult.data``, ``adult/adult.test``, ``movielens-100k/u.data``, ...).
 Without them, the tests that need them are skipped (saying where they looked) and the experiments
 fall back to a synthetic stand-in or refuse, naming the missing file.
 

@@ -185,6 +185,16 @@ def _report_to(reporter: Reporter) -> ProgressCallback:
     return callback
 
 
+def _description(experiment: registry.Experiment, config: Any) -> dict[str, str]:
+    """What ``config.json`` stores to describe a run: the description with the run's settings (the
+    report adds the data its records name), its template, and what ``{data}`` reads as by default."""
+    return {
+        "description": experiment.describe(config),
+        "description_template": experiment.description_template,
+        "data": experiment.data,
+    }
+
+
 def run_experiment(
     name: str,
     *,
@@ -284,9 +294,7 @@ def run_experiment(
         meta = {
             "format": FORMAT,
             "experiment": experiment.name,
-            "description": experiment.describe(config),  # this run's settings; the report adds the data
-            "description_template": experiment.description_template,
-            "data": experiment.data,
+            **_description(experiment, config),
             "seed_doc": experiment.seed_doc,
             "scale": scale,
             "config_type": f"{type(config).__module__}.{type(config).__qualname__}",
