@@ -56,6 +56,23 @@ def test_admm_run_refuses_a_federation_without_tls(tmp_path, monkeypatch, capsys
     assert (tmp_path / "app" / "pyproject.toml").exists()
 
 
+#: The log of a run whose ServerApp failed, as ``flwr log N --show`` prints it (Flower 1.42).
+_FAILED_LOG = """\x1b[92mINFO \x1b[0m:      Printing logstream for run_id `42`
+\x1b[91mERROR \x1b[0m:     ServerApp raised an exception
+Traceback (most recent call last):
+  File "/venv/lib/python3.12/site-packages/dpopt/distributed/flower_engine.py", line 1428, in load_job
+    found = importlib.import_module(module)
+ModuleNotFoundError: No module named 'consortium_job'
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/venv/lib/python3.12/site-packages/flwr/superlink/runtime/run_serverapp.py", line 220, in run_serverapp
+    server_app(grid=grid, context=context)
+dpopt.exceptions.InvalidParameterError: job: the job module 'consortium_job' is not importable in the ServerApp
+"""
+
+
 def _fake_flwr(tmp_path, monkeypatch, status: str) -> None:
     """A ``flwr`` on PATH that submits run 42 and reports it with ``status`` (completed once ``done`` exists)."""
     import os
@@ -70,6 +87,7 @@ def _fake_flwr(tmp_path, monkeypatch, status: str) -> None:
         f"open({str(tmp_path / 'calls')!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
         "if sys.argv[1] == 'run':\n    print('Successfully started run 42')\n"
         "elif sys.argv[1] == 'stop':\n    pass\n"
+        f"elif sys.argv[1] == 'log':\n    print({_FAILED_LOG!r})\n"
         f"else:\n    import os\n    st = {status!r} if not os.path.exists({str(tmp_path / 'done')!r}) else 'finished:completed'\n"
         "    rid = sys.argv[sys.argv.index('--run-id') + 1] if '--run-id' in sys.argv else '42'\n"
         "    st = 'running' if rid == '41' else st\n"
@@ -93,6 +111,10 @@ def test_admm_run_stops_when_the_flower_run_ends_without_a_result(tmp_path, monk
                  str(tmp_path / "r.npz"), "--app-dir", str(tmp_path / "app"), "--timeout", "600"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "run 42 ended (finished:failed)" in err and "flwr log 42" in err, err
+    # the cause, from the run's log: the error that ended the ServerApp, not the traceback's frames
+    assert "InvalidParameterError: job: the job module 'consortium_job' is not importable" in err, err
+    assert "run_serverapp" not in err and "\x1b[" not in err
+    assert "log 42 consortium --show" in (tmp_path / "calls").read_text()
     assert time.monotonic() - began < 300  # not --timeout (the status is checked at once, then every 10 s)
 
 

@@ -14,6 +14,11 @@ site2 keeps its own privacy schedule (``[privacy.schedule]`` in its ``site.toml`
 rounds equal the in-process engine's run given that schedule, and none of its values reaches the
 coordinator's run directory or result.
 
+The Flower guide (``docs/guides/flower.md``) runs here too, end to end as a user runs it: its
+sections 1-5 in one ``bash``, shell blocks as they are and files written where the guide names
+them (its own certificates, keys, SuperLink and SuperNodes); then a job the SuperLink cannot import
+is submitted with ``dpopt admm run``, which must print the ServerApp's error.
+
 Slow (Flower starts a process per message; minutes on a loaded 2-core machine) and needs the
 ``flower`` extra: skipped without ``flwr``.  Every wait has a time limit and every process the
 fixture starts is killed (by process group) at teardown.  With ``DPOPT_FLOWER_TIMINGS=path`` the
@@ -28,6 +33,7 @@ import ipaddress
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -611,3 +617,128 @@ def test_superlink_crash_and_restart(federation) -> None:
     print("superlink crash: resumed message rounds", got["message_rounds"].tolist())
     for k in range(N_SITES):  # the same releases as the first test's run: nothing new charged
         assert len(Ledger("sqlite:///" + str(root / f"site{k}-ledger.db")).history(f"site{k}")) == ROUNDS
+
+
+# -- docs/guides/flower.md, end to end, the way a user runs it
+
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "flower.md"
+_FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
+GUIDE_ROUNDS = 5  # max_iter of the guide's job
+_NAMED = re.compile(r"#\s*([\w.-]+\.(?:py|toml))\b")
+
+
+def _guide_script(root: Path, port: int, node_port: int) -> str:
+    """Sections 1-5 of the Flower guide as one shell script, in page order.
+
+    Shell blocks run as they are; a block whose first line names a file (``# consortium_job.py``,
+    ``# site0.toml``) is written to that file in the current directory; any other Python block runs
+    with ``python`` (the user's shell has ``python`` on PATH).  Only the guide's port numbers (9200
+    and 9300-9302) are replaced by free ones.
+    """
+    text = GUIDE.read_text(encoding="utf-8")
+    steps = []
+    for i, (lang, body) in enumerate(
+        _FENCE.findall(text[: text.index("\n## The same with dpopt's commands")])
+    ):
+        named = _NAMED.match(body.splitlines()[0])
+        if named:
+            steps.append(f"cat > {named.group(1)} <<'DPOPT_GUIDE_EOF'\n{body}DPOPT_GUIDE_EOF")
+        elif lang == "python":
+            (root / f"guide-block-{i}.py").write_text(body)
+            steps.append(f"python {root / f'guide-block-{i}.py'}")
+        else:
+            assert lang == "bash", f"unexpected {lang} block in sections 1-5 of the guide"
+            steps.append(body)
+    return "\n".join(steps).replace("9200", str(port)).replace("9300", str(node_port))
+
+
+def _free_ports(n: int) -> int:
+    """The first of ``n`` consecutive free loopback ports (the guide's SuperNodes use 9300 + k)."""
+    for _ in range(100):
+        base = _free_port()
+        try:
+            with contextlib.ExitStack() as stack:
+                for p in range(base, base + n):
+                    stack.enter_context(socket.socket()).bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
+@pytest.fixture(scope="module")
+def guide_run(tmp_path_factory):
+    """Runs sections 1-5 of docs/guides/flower.md in one ``bash`` (a user's terminal).
+
+    The shell stays alive after the last step (so the SuperLink and SuperNodes it started in the
+    background stay its children); the fixture kills it and everything below it at teardown.
+    """
+    for tool in ("openssl", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the Flower guide uses {tool}, which is not installed")
+    root = tmp_path_factory.mktemp("guide")
+    fed = Federation(root)
+    # the user's environment: dpopt installed, nothing of the test's on PYTHONPATH
+    fed.env.pop("PYTHONPATH", None)
+    fed.env.pop("FLWR_HOME", None)
+    probe = subprocess.run([sys.executable, "-c", "import dpopt; print(dpopt.__file__)"], env=fed.env,
+                           cwd=root, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    if not probe.stdout.strip().startswith(str(SRC)):
+        fed.close()
+        pytest.skip(
+            f"the interpreter's dpopt is not this checkout's (pip install -e .): {probe.stdout.strip()}"
+        )
+    port, node_port = _free_port(), _free_ports(N_SITES)
+    script = root / "guide.sh"
+    rc = root / "guide.rc"
+    script.write_text(
+        f"trap 'echo $? > {rc}; sleep 1800' EXIT\nset -e\ncd {root}\n"
+        + _guide_script(root, port, node_port)
+        + "\n"
+    )
+    try:
+        began = time.monotonic()
+        fed.start("guide", ["bash", str(script)])
+        deadline = time.monotonic() + 900
+        while not rc.exists() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert rc.exists(), "the guide's steps did not finish within 900 s:\n" + fed.log("guide")[-4000:]
+        yield fed, int(rc.read_text() or "1"), time.monotonic() - began
+    finally:
+        fed.close()
+
+
+def test_flower_guide_runs_as_written(guide_run) -> None:
+    """Sections 1-5 of the Flower guide, followed verbatim, end with the run's result.npz."""
+    from dpopt.ledger import Ledger
+
+    fed, code, seconds = guide_run
+    print(f"the guide's steps took {seconds:.1f} s")
+    log = fed.log("guide")
+    assert code == 0, log[-4000:]
+    out = fed.root / "fed" / "result.npz"
+    assert out.exists(), log[-4000:]
+    got = np.load(out)
+    assert got["models"].shape == (N_SITES, 5) and np.isfinite(got["models"]).all()
+    assert got["models_history"].shape[0] == GUIDE_ROUNDS
+    for k in range(N_SITES):  # each site charged its own ledger for every round, P_i(T) as planned
+        ledger = Ledger("sqlite:///" + str(fed.root / "fed" / f"site{k}-ledger.db"))
+        assert len(ledger.history(f"site{k}")) == GUIDE_ROUNDS
+        assert ledger.spent(f"site{k}").epsilon == pytest.approx(float(got["site_plans"][k]), rel=1e-12)
+
+
+def test_a_failed_guide_run_is_reported_with_its_cause(guide_run) -> None:
+    """On the guide's federation, ``dpopt admm run`` with a job module the SuperLink cannot import:
+    the command stops (no waiting out --timeout) and prints the ServerApp's error from the run's log."""
+    fed, _, _ = guide_run
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "dpopt", "admm", "run", "--federation", "consortium", "--job", "guide_job_absent:job",
+         "--output", "absent.npz", "--timeout", "600"],
+        env={**fed.env, "FLWR_HOME": str(fed.root / "fed" / "flwr-home")}, cwd=fed.root / "fed",
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    print(f"the failed run was reported after {time.monotonic() - began:.1f} s")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "ended (finished:failed)" in done.stderr, done.stderr
+    assert "job module 'guide_job_absent' is not importable in the ServerApp" in done.stderr, done.stderr

@@ -25,6 +25,9 @@ by :func:`dpopt.distributed.flower_engine.load_site_config` inside the SuperNode
 ``dpopt admm run --federation NAME --job pkg.mod:fn --output result.npz`` runs a job (a function
 returning ``(admm, sites, run_kwargs)``) on the federation named in Flower's configuration
 (``$FLWR_HOME/config.toml``, default ``~/.flwr/config.toml``) and waits (bounded) for the result.
+The job runs in the ServerApp process the SuperLink starts: ``pkg.mod`` must be importable there
+(e.g. on the SuperLink's ``PYTHONPATH``).  A run that fails stops the command with the error from
+the run's log (``flwr log``).
 Both refuse an insecure setup (no TLS root certificate, no node key, or a federation configured
 ``insecure = true``) unless ``--insecure`` is given, meant for local tests on loopback.
 """
@@ -208,6 +211,32 @@ def _run_status(flwr: str, federation: str, run_id: str) -> str | None:
     return None
 
 
+def _run_error(flwr: str, federation: str, run_id: str) -> str:
+    """What the run's log (``flwr log RUN_ID FEDERATION --show``) says made a failed run fail.
+
+    The error that ended the ServerApp (the last traceback's exception lines), else the last lines
+    of the log; empty if the log cannot be read now (every call is bounded).
+    """
+    import re
+
+    try:
+        out = subprocess.run(
+            [flwr, "log", run_id, federation, "--show"], capture_output=True, timeout=60, check=False
+        )
+    except (subprocess.SubprocessError, OSError):
+        return ""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout.decode(errors="replace"))
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last)")]
+    if starts:  # the exception lines: after the last traceback's (indented) frames
+        tail = lines[starts[-1] + 1 :]
+        frames = [i for i, ln in enumerate(tail) if ln.startswith((" ", "\t"))]
+        lines = tail[frames[-1] + 1 :] if frames else tail
+    else:
+        lines = [ln for ln in lines if "Printing logstream" not in ln][-10:]
+    return "\n".join(lines)[-2000:]
+
+
 def _run_marker(out: Path) -> Path:
     """Where ``dpopt admm run`` notes the Flower run it submitted for ``out`` (``<output>.flwr-run``)."""
     return out.with_name(out.name + ".flwr-run")
@@ -284,9 +313,11 @@ def _cmd_admm_run(args: argparse.Namespace) -> int:
             checked = time.monotonic()
             status = _run_status(flwr, args.federation, run_id)
             if status is not None and status.startswith("finished") and not written():
+                cause = _run_error(flwr, args.federation, run_id)
                 raise InvalidParameterError(
-                    f"dpopt admm run: Flower run {run_id} ended ({status}) without writing {out}; "
-                    f"see 'flwr log {run_id} {args.federation}' for the coordinator's error"
+                    f"dpopt admm run: Flower run {run_id} ended ({status}) without writing {out}"
+                    + (f"; its log ends with:\n{cause}\n" if cause else "; ")
+                    + f"(the whole log: 'flwr log {run_id} {args.federation} --show')"
                 )
         time.sleep(2.0)
     raise InvalidParameterError(
