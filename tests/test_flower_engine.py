@@ -731,17 +731,18 @@ def test_a_site_schedule_is_checked(tmp_path) -> None:
 def test_the_serverapp_says_how_to_make_the_job_importable(tmp_path, monkeypatch) -> None:
     """The job module is imported in the ServerApp process (started by the SuperLink): a module not
     on its path is named with what to do, and a job module's own missing import keeps its error."""
+    from dpopt.distributed.flower_job import load_job
     from dpopt.exceptions import InvalidParameterError
 
     with pytest.raises(
         InvalidParameterError, match=r"job module 'guide_job_absent' is not importable.*PYTHONPATH"
     ):
-        fe.load_job("guide_job_absent:job")
+        load_job("guide_job_absent:job")
     (tmp_path / "guide_job_broken.py").write_text("import guide_job_dependency_absent\n")
     (tmp_path / "guide_job_ok.py").write_text("def job():\n    return 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModuleNotFoundError, match="guide_job_dependency_absent"):
-        fe.load_job("guide_job_broken:job")
+        load_job("guide_job_broken:job")
     with pytest.raises(InvalidParameterError, match="no function 'nojob'"):
-        fe.load_job("guide_job_ok:nojob")
-    assert fe.load_job("guide_job_ok:job")() == 1
+        load_job("guide_job_ok:nojob")
+    assert load_job("guide_job_ok:job")() == 1

@@ -720,7 +720,7 @@ def test_flower_guide_runs_as_written(guide_run) -> None:
     assert out.exists(), log[-4000:]
     got = np.load(out)
     assert got["models"].shape == (N_SITES, 5) and np.isfinite(got["models"]).all()
-    assert got["models_history"].shape[0] == GUIDE_ROUNDS
+    assert got["models_history"].shape[0] == GUIDE_ROUNDS + 1  # the start and every round
     for k in range(N_SITES):  # each site charged its own ledger for every round, P_i(T) as planned
         ledger = Ledger("sqlite:///" + str(fed.root / "fed" / f"site{k}-ledger.db"))
         assert len(ledger.history(f"site{k}")) == GUIDE_ROUNDS

@@ -70,6 +70,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpopt.distributed.engines import STARTUP_TIMEOUT, TIMEOUT_FLOOR, Engine, EngineError
+from dpopt.distributed.flower_job import load_job
 from dpopt.distributed.sites import Site
 from dpopt.exceptions import BudgetExceededError, DPOptError, InvalidParameterError
 
@@ -83,7 +84,6 @@ __all__ = [
     "coordinator_lock",
     "derive_noise_key",
     "flower_available",
-    "load_job",
     "load_noise_key",
     "load_site_config",
     "load_site_policy",
@@ -1416,31 +1416,6 @@ def coordinator_lock(checkpoint_dir: str | Path | None) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def load_job(ref: str) -> Callable[[], Any]:
-    """The job function named by ``ref`` (``"package.module:function"``), as the ServerApp imports it.
-
-    The ServerApp is a process the SuperLink starts, so the job's module must be importable with
-    the SuperLink's environment (e.g. its directory on the SuperLink's ``PYTHONPATH``), not the
-    environment of the shell that ran ``flwr run``; an error says so.
-    """
-    module, _, attr = str(ref).partition(":")
-    if not module or not attr:
-        raise InvalidParameterError(f"job: use 'package.module:function', not {ref!r}")
-    try:
-        found = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
-            raise  # the job module itself imports something missing: its own traceback says what
-        raise InvalidParameterError(
-            f"job: the job module {module!r} is not importable in the ServerApp, the process the SuperLink "
-            f"starts (not the shell that ran flwr run): start flower-superlink with the job's directory on "
-            f"PYTHONPATH (PYTHONPATH=/path/to/jobs flower-superlink ...) or install the module there"
-        ) from exc
-    if not callable(getattr(found, attr, None)):
-        raise InvalidParameterError(f"job: module {module!r} has no function {attr!r}")
-    return getattr(found, attr)
-
-
 def make_server_app() -> Any:  # pragma: no cover - runs in Flower's ServerApp process
     """The Flower ServerApp of the coordinator: runs a job with :class:`FlowerEngine`."""
     from flwr.app import Context
@@ -1482,9 +1457,7 @@ def write_app(directory: str | Path, *, name: str = "dpopt-admm") -> Path:
     """Write a Flower App directory (``pyproject.toml``) whose components are this module's apps.
 
     ``flwr run DIRECTORY FEDERATION --run-config "job='pkg.mod:fn' output='/path/result.npz'"``
-    then runs the job on the federation.  The job runs in the ServerApp process that the
-    SuperLink starts, so ``pkg.mod`` must be importable there (installed, or its directory on the
-    SuperLink's ``PYTHONPATH``; see :func:`load_job`); the bundle holds only the two components.
+    then runs the job in the ServerApp, where ``pkg.mod`` must be importable (see ``flower_job``).
     """
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
