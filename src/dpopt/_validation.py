@@ -44,10 +44,10 @@ def _is_scalar(value: Any, kinds: tuple[type, ...], numpy_kinds: tuple[str, ...]
 
 def _as_float(value: Any, name: str) -> float:
     if not _is_scalar(value, (int, float), ("integer", "floating")):
-        raise InvalidParameterError(f"{name}: expected a real number, got {type(value).__name__}")
+        raise InvalidParameterError(f"expected a real number, got {type(value).__name__}", param=name)
     x = float(value)
     if math.isnan(x):
-        raise InvalidParameterError(f"{name}: must be a number, got NaN")
+        raise InvalidParameterError("must be a number, got NaN", param=name)
     return x
 
 
@@ -55,9 +55,9 @@ def check_positive(value: Any, name: str, *, allow_inf: bool = False) -> float:
     """Return ``value`` as a float after checking it is > 0 (and finite unless ``allow_inf``)."""
     x = _as_float(value, name)
     if not (x > 0):
-        raise InvalidParameterError(f"{name}: must be > 0")
+        raise InvalidParameterError("must be > 0", param=name)
     if math.isinf(x) and not allow_inf:
-        raise InvalidParameterError(f"{name}: must be finite")
+        raise InvalidParameterError("must be finite", param=name)
     return x
 
 
@@ -65,7 +65,7 @@ def check_nonneg(value: Any, name: str) -> float:
     """Return ``value`` as a finite float after checking it is >= 0."""
     x = _as_float(value, name)
     if not (x >= 0) or math.isinf(x):
-        raise InvalidParameterError(f"{name}: must be a finite number >= 0")
+        raise InvalidParameterError("must be a finite number >= 0", param=name)
     return x
 
 
@@ -77,16 +77,16 @@ def check_probability(value: Any, name: str, *, open_right: bool = True, open_le
     if not (lo_ok and hi_ok):
         lo = "(0" if open_left else "[0"
         hi = "1)" if open_right else "1]"
-        raise InvalidParameterError(f"{name}: must lie in {lo}, {hi}")
+        raise InvalidParameterError(f"must lie in {lo}, {hi}", param=name)
     return x
 
 
 def check_int(value: Any, name: str, *, minimum: int = 1) -> int:
     """Return ``value`` as an int after checking it is an integer >= ``minimum``."""
     if not _is_scalar(value, (int,), ("integer",)):
-        raise InvalidParameterError(f"{name}: expected an integer, got {type(value).__name__}")
+        raise InvalidParameterError(f"expected an integer, got {type(value).__name__}", param=name)
     if int(value) < minimum:
-        raise InvalidParameterError(f"{name}: must be an integer >= {minimum}")
+        raise InvalidParameterError(f"must be an integer >= {minimum}", param=name)
     return int(value)
 
 
@@ -189,20 +189,20 @@ def as_float_array(
             arr: NDArray[Any] = np.asarray(value, dtype=dtype)
     except (TypeError, ValueError, OverflowError, np.exceptions.ComplexWarning):
         raise InvalidParameterError(
-            f"{name}: {_first_unconvertible(value, dtype)}; expected an array of numbers"
+            f"{_first_unconvertible(value, dtype)}; expected an array of numbers", param=name
         ) from None
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if arr.ndim not in allowed:
             want = " or ".join(f"{d}-d" for d in allowed)
-            raise InvalidParameterError(f"{name}: expected a {want} array, got shape {arr.shape}")
+            raise InvalidParameterError(f"expected a {want} array, got shape {arr.shape}", param=name)
     if finite and arr.dtype.kind in "fc":
         bad = ~np.isfinite(arr)
         if np.any(bad):
             first = tuple(int(i) for i in np.argwhere(bad)[0]) if arr.ndim else ()
             where = f" ({_position(first)} is the first)" if first else ""
             raise InvalidParameterError(
-                f"{name}: contains NaN or infinite entries{where}; remove or impute them first"
+                f"contains NaN or infinite entries{where}; remove or impute them first", param=name
             )
     return arr
 
@@ -212,7 +212,8 @@ def numeric_or_refuse(call: Callable[[], T], **inputs: Any) -> T:
 
     A ``ValueError`` it raises becomes an :class:`InvalidParameterError`: naming the input and the
     row/column that is not a number (or the ragged rows) when that is the cause, never quoting an
-    entry (messages that would, such as "could not convert string to float: ...", are replaced).
+    entry: whether an input is numeric is decided by converting it here, not by reading the third
+    party's message (which may quote one, as "could not convert string to float: ..." does).
     """
     try:
         return call()
@@ -220,11 +221,16 @@ def numeric_or_refuse(call: Callable[[], T], **inputs: Any) -> T:
         if isinstance(exc, InvalidParameterError):
             raise
         for name, value in inputs.items():
-            if isinstance(value, list | tuple | str):
+            if not _numeric_by_type(value):
                 as_float_array(value, name, finite=False)  # raises with the failing entry named
-        if "convert" in str(exc):
-            raise InvalidParameterError(f"{', '.join(inputs)}: could not be converted to numbers") from None
-        raise InvalidParameterError(str(exc)) from None
+        raise InvalidParameterError(str(exc)) from None  # the inputs are numeric: not a conversion error
+
+
+def _numeric_by_type(value: Any) -> bool:
+    """A numeric numpy array (complex included) or a scipy.sparse matrix: numbers by construction."""
+    if hasattr(value, "tocsr") and hasattr(value, "nnz"):
+        return True
+    return isinstance(value, np.ndarray) and value.dtype.kind in "biufc"
 
 
 def check_array(
@@ -252,7 +258,7 @@ def parse_numeric_table(text: str, name: str, *, delimiter: str | None = None) -
             width, first_line = len(fields), lineno
         elif len(fields) != width:
             raise InvalidParameterError(
-                f"{name}: line {lineno} has {len(fields)} fields but line {first_line} has {width}"
+                f"line {lineno} has {len(fields)} fields but line {first_line} has {width}", param=name
             )
         row: list[float] = []
         for col, field_text in enumerate(fields, start=1):
@@ -260,10 +266,10 @@ def parse_numeric_table(text: str, name: str, *, delimiter: str | None = None) -
                 row.append(float(field_text))
             except ValueError:
                 what = "is empty" if not field_text.strip() else "is not a number"
-                raise InvalidParameterError(f"{name}: line {lineno}, column {col} {what}") from None
+                raise InvalidParameterError(f"line {lineno}, column {col} {what}", param=name) from None
         rows.append(row)
     if not rows:
-        raise InvalidParameterError(f"{name}: contains no numbers")
+        raise InvalidParameterError("contains no numbers", param=name)
     return np.asarray(rows, dtype=np.float64)
 
 

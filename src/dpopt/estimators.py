@@ -32,7 +32,13 @@ from dpopt._validation import (
     numeric_or_refuse,
 )
 from dpopt.accounting import Accountant, Budget, Neighbouring
-from dpopt.exceptions import DPOptError, InvalidParameterError, MissingDataBoundsError
+from dpopt.exceptions import (
+    DPOptError,
+    InvalidParameterError,
+    MissingDataBoundsError,
+    Setting,
+    python_spelling,
+)
 from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball
 from dpopt.solvers import OptimizeResult, minimize
 from dpopt.solvers.class_prior import private_class_prior
@@ -108,26 +114,26 @@ LINEAR_SELECT_RESIDUAL_CLIP = 0.5
 OUTPUT_PERTURBATION_PENALTY = 10.0
 
 
-#: minimize()'s vocabulary -> the estimators' parameters (an error names what the caller can change)
-_ESTIMATOR_TERMS = (
-    ("DataBounds(..., clip=True)", "clip=True"),
-    ("method: ", "solver: "),
-    ("method=", "solver="),
-    ("method '", "solver '"),
-)
+#: minimize()'s parameters -> the estimators' (an error names what the caller can change)
+_ESTIMATOR_PARAMS = {"method": "solver"}
+
+
+def _estimator_spelling(setting: Setting) -> str:
+    """A hint's setting as an estimator parameter: ``DataBounds(..., clip=True)`` -> ``clip=True``."""
+    return python_spelling(Setting(_ESTIMATOR_PARAMS.get(setting.param, setting.param), setting.value))
 
 
 def _in_estimator_terms(exc: DPOptError, estimator: str) -> DPOptError:
-    """The same error, worded with the estimator's parameters (``clip=True``, ``solver=``)."""
-    message = str(exc)
-    for old, new in _ESTIMATOR_TERMS:
-        message = message.replace(old, new)
-    if message == str(exc):
+    """The same error (type and fields), worded with the estimator's parameters (``clip=True``,
+    ``solver=``) when its parameter or its hint's settings are spelled differently by the estimator."""
+    settings = exc.hint.settings if exc.hint is not None else ()
+    if exc.param not in _ESTIMATOR_PARAMS and not any(
+        s.owner is not None or s.param in _ESTIMATOR_PARAMS for s in settings
+    ):
         return exc
-    try:
-        return type(exc)(f"{estimator}: {message}")
-    except TypeError:  # an error type with a richer constructor keeps its own wording
-        return exc
+    return exc.reworded(
+        f"{estimator}: {exc.render(names=_ESTIMATOR_PARAMS.get, spelling=_estimator_spelling)}"
+    )
 
 
 class _DPLinearModel(BaseEstimator):

@@ -30,7 +30,13 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import integrate, special
 
 from dpopt._validation import check_array, check_int, check_nonneg, check_positive
-from dpopt.exceptions import BoundsViolationError, InvalidParameterError, MissingDataBoundsError
+from dpopt.exceptions import (
+    BoundsViolationError,
+    Hint,
+    InvalidParameterError,
+    MissingDataBoundsError,
+    Setting,
+)
 from dpopt.randomness import RNGLike, as_generator
 
 __all__ = [
@@ -166,7 +172,8 @@ class DataBounds:
             if not self.clip:
                 raise BoundsViolationError(
                     f"{int(bad.sum())} of {norms.size} rows have {self.norm} norm above the declared "
-                    "feature_norm; declare a larger bound or pass DataBounds(..., clip=True)"
+                    "feature_norm",
+                    hint=_CLIP_HINT,
                 )
             X = _clip_rows(X, b, self.norm, norms)
         if y is not None:
@@ -176,10 +183,15 @@ class DataBounds:
                 if not self.clip:
                     raise BoundsViolationError(
                         f"{int(badl.sum())} of {y.size} labels exceed the declared label bound in absolute "
-                        "value; declare a larger bound or pass DataBounds(..., clip=True)"
+                        "value",
+                        hint=_CLIP_HINT,
                     )
                 y = np.clip(y, -lb, lb)
         return X, y
+
+
+#: The advice of a bounds violation (each layer names its own clipping switch).
+_CLIP_HINT = Hint("declare a larger bound or pass {0}", Setting("clip", True, owner="DataBounds"))
 
 
 def _clip_rows(X: Any, b: float, norm: NormName, norms: Array) -> Any:

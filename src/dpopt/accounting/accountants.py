@@ -269,7 +269,11 @@ class Accountant(ABC):
                 raise BudgetExceededError(
                     f"composing this event would spend ε={eps:.4g} at δ={self.budget.delta:g}, over the "
                     f"budget ε={self.budget.epsilon:g} ({self.kind} accountant); increase the noise, "
-                    "reduce the number of releases or raise the budget"
+                    "reduce the number of releases or raise the budget",
+                    requested=eps,
+                    budget=self.budget.epsilon,
+                    remaining=max(0.0, self.budget.epsilon - self.epsilon()),
+                    delta=self.budget.delta,
                 )
         for note in notes:
             if not isinstance(note, InfoNote):

@@ -1309,7 +1309,7 @@ class PrivateADMM:
                 options={"verify": False},  # a pure-ε bound composed exactly by basic composition
             )
         except BudgetExceededError as err:
-            if "budget ε=" in str(err) and worst > self.budget.epsilon * (1 + 1e-9):
+            if err.requested is not None and worst > self.budget.epsilon * (1 + 1e-9):
                 raise BudgetExceededError(
                     f"the privacy bound P(T)={worst:.4g} exceeds the budget ε={self.budget.epsilon:g}; "
                     "add noise (smaller noise_rate), raise penalties, or run fewer rounds"

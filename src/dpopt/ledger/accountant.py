@@ -207,7 +207,11 @@ class LedgerAccountant(Accountant):
                     f"dataset {self.dataset!r}: {what} would bring its total to ε={after:.4g} at "
                     f"δ={budget.delta:g}, over its budget ε={budget.epsilon:g} ({self.accountant_kind} "
                     f"accountant; {before:.4g} spent by {self._seq} earlier release(s)); nothing was "
-                    "recorded or drawn"
+                    "recorded or drawn",
+                    requested=after,
+                    budget=budget.epsilon,
+                    remaining=max(0.0, budget.epsilon - before),
+                    delta=budget.delta,
                 )
             seq = self._seq + 1
             tx.run(

@@ -27,7 +27,7 @@ import math
 from typing import Any, Literal
 
 from dpopt.accounting import Accountant
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import Hint, InvalidParameterError, Setting
 from dpopt.iteration import Callback
 from dpopt.problems import ERMProblem, SquaredLoss, VertexSet
 from dpopt.randomness import RNGLike
@@ -119,8 +119,11 @@ def tuned_frank_wolfe(
     C = problem.constraint
     if not isinstance(C, VertexSet):
         raise InvalidParameterError(
-            "dp_frank_wolfe needs a vertex polytope constraint (L1Ball, Simplex, Polytope); use "
-            "method='frank_wolfe' (Gaussian variant) or 'mirror_descent' for other sets"
+            "dp_frank_wolfe needs a vertex polytope constraint (L1Ball, Simplex, Polytope)",
+            hint=Hint(
+                "use {0} (Gaussian variant) or 'mirror_descent' for other sets",
+                Setting("method", "frank_wolfe"),
+            ),
         )
     if calibration not in ("tight", "conservative"):
         raise InvalidParameterError("calibration: must be 'tight' or 'conservative'")

@@ -208,7 +208,7 @@ def method_spec(method: str) -> MethodSpec:
         close = difflib.get_close_matches(str(method), [*_METHODS, *_ALIASES], n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise InvalidParameterError(
-            f"method: unknown {method!r}; {hint}choose one of {available_methods()} or 'auto'"
+            f"unknown {method!r}; {hint}choose one of {available_methods()} or 'auto'", param="method"
         )
     return _METHODS[name]
 

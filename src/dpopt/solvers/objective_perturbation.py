@@ -31,7 +31,7 @@ from dpopt.accounting import (
     commit,
     gaussian_sigma,
 )
-from dpopt.exceptions import ConvergenceWarning, InexactSolveError, InvalidParameterError
+from dpopt.exceptions import ConvergenceWarning, Hint, InexactSolveError, InvalidParameterError, Setting
 from dpopt.mechanisms import gaussian_noise, l2_laplace_noise
 from dpopt.problems import ERMProblem, make_loss
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
@@ -580,8 +580,11 @@ def private_objective_perturbation(
         N = check_int(declared_size, "declared_size")
         if bud is not None and bud.delta > 0:
             raise InvalidParameterError(
-                "objective perturbation under neighbouring='add_remove' has a pure-ε analysis only: pass a "
-                "budget with δ = 0, or use method='dp_sgd' (the add/remove default for δ > 0)"
+                "objective perturbation under neighbouring='add_remove' has a pure-ε analysis only",
+                hint=Hint(
+                    "pass a budget with δ = 0, or use {0} (the add/remove default for δ > 0)",
+                    Setting("method", "dp_sgd"),
+                ),
             )
         if bud is not None and calibration != "tight":
             raise InvalidParameterError(

@@ -23,7 +23,7 @@ from scipy import optimize
 
 from dpopt._validation import check_positive, check_probability
 from dpopt.accounting import Accountant, GaussianEvent, PrivacyEvent
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import Hint, InvalidParameterError, Setting
 from dpopt.mechanisms import gaussian_noise
 from dpopt.problems import ERMProblem, L2Ball, SquaredLoss
 from dpopt.randomness import RNGLike, SecureRNG, check_rng
@@ -166,8 +166,8 @@ def private_sufficient_statistics(
         s_gram, s_lin, s_min = s_gram / (1 - s_min), s_lin / (1 - s_min), 0.0
     if bud is not None and bud.delta <= 0:
         raise InvalidParameterError(
-            "sufficient-statistics perturbation uses Gaussian noise and needs δ > 0; for pure ε use "
-            "method='objective_perturbation'"
+            "sufficient-statistics perturbation uses Gaussian noise and needs δ > 0",
+            hint=Hint("for pure ε use {0}", Setting("method", "objective_perturbation")),
         )
     gen = check_rng(rng)
     if bud is not None and isinstance(gen, SecureRNG):  # refused before anything is spent
