@@ -13,11 +13,12 @@ import re
 import sys
 import warnings
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from dpopt.exceptions import DPOptError
+from dpopt.cli_types import nonneg_int, positive_float, probability
+from dpopt.exceptions import DPOptError, Setting
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,6 +42,14 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    """Bad values reach :func:`main` as ``argparse.ArgumentError`` (the option's name and the
+    problem as fields); other usage errors as :class:`_UsageError`.  Every subcommand's parser is one
+    (``add_parser`` uses the parent's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("exit_on_error", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         raise _UsageError(message)
 
@@ -263,12 +272,6 @@ def _cmd_tour(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------- linear queries
 
 
-def _nonneg_int(text: str) -> int:
-    if not re.fullmatch(r"\d+", text.strip()):
-        raise argparse.ArgumentTypeError(f"invalid seed {text!r}: expected a non-negative integer")
-    return int(text)
-
-
 def _load_workload(text: str, *, allow_zero_columns: bool = False, schema: Any = None) -> Workload:
     """A workload from a file (if ``text`` names an existing file) or a spec such as ``prefix:n=64``.
 
@@ -281,13 +284,9 @@ def _load_workload(text: str, *, allow_zero_columns: bool = False, schema: Any =
         return _kway_workload(text, schema)
     path = Path(text)
     if path.is_file():
-        try:
+        try:  # a DPOptError's hint (allow_zero_columns=True) is said with the command's flags by main()
             return workloads.load(path, allow_zero_columns=allow_zero_columns)
-        except DPOptError as exc:
-            if "allow_zero_columns=True" in str(exc):  # name the command's flag, not the API's
-                raise _UsageError(
-                    str(exc).replace("allow_zero_columns=True", "--allow-zero-columns")
-                ) from None
+        except DPOptError:
             raise
         except (ValueError, EOFError, zipfile.BadZipFile) as exc:  # unparsable file contents
             raise _UsageError(f"workload file {text}: could not read a numeric matrix ({exc})") from None
@@ -305,7 +304,9 @@ def _load_workload(text: str, *, allow_zero_columns: bool = False, schema: Any =
     try:
         return workloads.from_spec(text)
     except DPOptError as exc:  # the spec's keys are what the user typed: say which spec
-        raise _UsageError(f"workload spec {text!r}: {str(exc).removeprefix('workload spec: ')}") from None
+        raise _UsageError(
+            exc.render(names={"workload spec": f"workload spec {text!r}"}.get, spelling=_no_api_settings)
+        ) from None
 
 
 def _kway_workload(text: str, schema: Any) -> Workload:
@@ -338,20 +339,25 @@ def _kway_workload(text: str, schema: Any) -> Workload:
 
 
 def _load_schema(text: str) -> Any:
-    """A records schema from JSON: ``{"age": {"range": [17, 90]}, "sex": ["F", "M"], "hours": 100}``."""
+    """A records schema from JSON: ``{"age": {"range": [17, 90]}, "sex": ["F", "M"], "hours": 100}``,
+    given inline (text starting with ``{``) or as the name of a file holding it."""
     import json
 
     from dpopt.linear_queries.records import Schema
 
+    inline = text.lstrip().startswith("{")
+    where = "--schema (inline JSON)" if inline else f"schema file {text}"
     path = Path(text)
-    if not path.is_file():
-        raise _UsageError(f"schema file not found: {text}")
+    if not inline and not path.is_file():
+        raise _UsageError(
+            f"schema file not found: {text} (--schema takes a JSON file or inline JSON starting with '{{')"
+        )
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(text if inline else path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _UsageError(f"schema file {text}: not valid JSON ({type(exc).__name__})") from None
+        raise _UsageError(f"{where}: not valid JSON ({type(exc).__name__})") from None
     if not isinstance(raw, dict):
-        raise _UsageError(f"schema file {text}: expected an object mapping attribute names to domains")
+        raise _UsageError(f"{where}: expected an object mapping attribute names to domains")
     domains: dict[str, Any] = {}
     for name, dom in raw.items():
         if isinstance(dom, dict):
@@ -359,9 +365,7 @@ def _load_schema(text: str) -> Any:
             if not (
                 isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, int) for b in bounds)
             ):
-                raise _UsageError(
-                    f'schema file {text}: {name!r}: expected {{"range": [low, high]}} (integers)'
-                )
+                raise _UsageError(f'{where}: {name!r}: expected {{"range": [low, high]}} (integers)')
             domains[name] = range(bounds[0], bounds[1] + 1)
         else:
             domains[name] = dom
@@ -411,13 +415,9 @@ def _load_strategy(text: str, workload: Workload) -> StrategyResult:
         raise _UsageError(f"strategy file not found: {text}")
     try:
         return StrategyResult.load(path, workload=workload)  # refuses a strategy for another workload
-    except DPOptError as exc:
-        raise _UsageError(
-            f"strategy file {text}: {exc}".replace(
-                "re-run optimize_strategy for this workload",
-                "make one with 'dpopt strategy WORKLOAD --out FILE'",
-            )
-        ) from None
+    except DPOptError as exc:  # the API's advice (re-run optimize_strategy) becomes the command's
+        advice = "; make one with 'dpopt strategy WORKLOAD --out FILE'" if exc.hint is not None else ""
+        raise _UsageError(f"strategy file {text}: {exc.render(hints=False)}{advice}") from None
     except (ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as exc:
         raise _UsageError(f"strategy file {text}: not a strategy saved by 'dpopt strategy' ({exc})") from None
 
@@ -540,9 +540,11 @@ def _cmd_answer(args: argparse.Namespace) -> int:
     else:
         try:
             x = _check_histogram(_load_histogram(args.histogram), workload.domain_size, "integer")
-        except InvalidParameterError as exc:  # drop the API hint about counts='real' (not a CLI option)
-            message = str(exc).split("; pass counts=")[0].removeprefix("histogram: ")
-            raise _UsageError(f"histogram file {args.histogram}: {message}") from None
+        except InvalidParameterError as exc:  # the API's hint about counts='real' has no CLI option: dropped
+            message = exc.render(
+                names={"histogram": f"histogram file {args.histogram}"}.get, spelling=_no_api_settings
+            )
+            raise _UsageError(message) from None
     progress = False if args.no_progress else (True if args.progress else None)
     strategy = (
         _load_strategy(args.strategy, workload)
@@ -689,7 +691,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="the mkdocs.yml to build (default: the repository's)")
     p.add_argument(
         "--timeout",
-        type=float,
+        type=positive_float,
         default=600.0,
         metavar="SECONDS",
         help="give up after this long (default 600)",
@@ -713,7 +715,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="optimizer: dual (default, certified), paper (COA as published), newton",
     )
     p.add_argument(
-        "--tol", type=float, default=1e-4, metavar="TOL", help="target certified relative gap (default 1e-4)"
+        "--tol",
+        type=positive_float,
+        default=1e-4,
+        metavar="TOL",
+        help="target certified relative gap (default 1e-4)",
     )
     p.set_defaults(func=_cmd_strategy)
 
@@ -763,8 +769,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="post-process into non-negative, mutually consistent answers (no privacy cost; lowers the error "
         "of marginal tables, may raise it for ranges; expected_std stays the least-squares figure)",
     )
-    p.add_argument("--epsilon", type=float, required=True, metavar="E", help="privacy budget ε > 0")
-    p.add_argument("--delta", type=float, required=True, metavar="D", help="privacy budget 0 < δ < 1")
+    p.add_argument("--epsilon", type=positive_float, required=True, metavar="E", help="privacy budget ε > 0")
+    p.add_argument("--delta", type=probability, required=True, metavar="D", help="privacy budget 0 < δ < 1")
     p.add_argument(
         "--strategy",
         metavar="FILE",
@@ -778,7 +784,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--seed",
-        type=_nonneg_int,
+        type=nonneg_int,
         metavar="N",
         help="seed of the noise, for reproducibility only (a known seed lets anyone remove the noise); "
         "default: fresh OS entropy",
@@ -804,42 +810,70 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_answer)
     add_ledger_parser(sub)
     add_site_parsers(sub)
-    for command in sub.choices.values():  # library errors are reported with these flags
+    for command in _subparsers(parser):  # library errors are reported with these flags
         command.set_defaults(_flags=_flag_map(command))
+    _describe(parser)
     return parser
 
 
-_PARAM_PREFIX = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*): ")
-#: Python-API advice that has no meaning on the command line (dropped from CLI messages).
-_API_ONLY_ADVICE = ("; to run without privacy, switch the noise off where the method allows it",)
+def _subparsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """Every subcommand's parser, depth first (``answer``, ``ledger``, ``ledger init``, ...)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):  # aliases map to one parser
+                yield command
+                yield from _subparsers(command)
 
 
-def _flag_map(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """Option dest -> the flag a user types (``epsilon`` -> ``--epsilon``)."""
-    return {
-        a.dest: max(a.option_strings, key=len)
-        for a in parser._actions
-        if a.option_strings and a.dest not in ("help", "version")
-    }
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """A subcommand without a description shows its one-line help at the top of its ``--help``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                command = action.choices[choice.dest]
+                if not command.description and choice.help:
+                    command.description = choice.help[:1].upper() + choice.help[1:] + "."
+                _describe(command)
 
 
-def _cli_terms(message: str, args: argparse.Namespace | None) -> str:
-    """Say a library error in the command's terms: a leading ``name:`` that is one of the command's
-    options becomes its flag (``epsilon: must be > 0`` -> ``--epsilon: must be > 0``), and a
-    setting changed with ``--set`` is named as ``--set name``."""
-    for advice in _API_ONLY_ADVICE:
-        message = message.replace(advice, "")
-    m = _PARAM_PREFIX.match(message)
-    if m is None or args is None:
-        return message
-    name = m.group(1)
-    flags: dict[str, str] = getattr(args, "_flags", None) or {}
-    settings = {key for key, _ in getattr(args, "set", None) or []}
-    if name in settings:
-        return f"--set {name}: {message[m.end() :]}"
-    if name in flags:
-        return f"{flags[name]}: {message[m.end() :]}"
-    return message
+def _flag_map(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Option dest -> its action (``epsilon`` -> the action of ``--epsilon``)."""
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "version")}
+
+
+def _no_api_settings(setting: Setting) -> None:
+    """The spelling of a layer without the API's settings: a hint naming one is left out."""
+    return None
+
+
+def _cli_message(exc: DPOptError, args: argparse.Namespace | None) -> str:
+    """Say a library error in the command's terms, by its fields: its parameter becomes the
+    command's flag (``epsilon`` -> ``--epsilon``; a setting changed with ``--set`` is ``--set name``)
+    and its hint names flags (``clip=True`` -> ``--clip``); a hint naming a setting the command has
+    no flag for is left out (Python-API advice has no meaning on the command line)."""
+    flags: dict[str, argparse.Action] = (getattr(args, "_flags", None) or {}) if args is not None else {}
+    settings = {key for key, _ in (getattr(args, "set", None) or [])} if args is not None else set()
+
+    def name(param: str) -> str | None:
+        if param in settings:
+            return f"--set {param}"
+        action = flags.get(param)
+        return max(action.option_strings, key=len) if action is not None else None
+
+    def spelling(setting: Setting) -> str | None:
+        if setting.param in settings:
+            value = "VALUE" if setting.value is ... else setting.value
+            return f"--set {setting.param}={value}"
+        action = flags.get(setting.param)
+        if action is None:
+            return None
+        flag = max(action.option_strings, key=len)
+        if action.nargs == 0:  # a switch: --clip
+            return flag if action.const == setting.value else None
+        value = (action.metavar or action.dest.upper()) if setting.value is ... else setting.value
+        return f"{flag} {value}"
+
+    return exc.render(names=name, spelling=spelling)
 
 
 def _fail(message: str) -> int:
@@ -862,10 +896,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except argparse.ArgumentError as exc:  # a bad option value, found while parsing
+        return _fail(f"{exc.argument_name}: {exc.message}" if exc.argument_name else exc.message)
     except _UsageError as exc:
         return _fail(str(exc))
     except DPOptError as exc:
-        return _fail(_cli_terms(str(exc), args))
+        return _fail(_cli_message(exc, args))
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
         return _fail(f"{exc.strerror or exc}{where}")

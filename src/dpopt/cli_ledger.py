@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpopt.cli_types import nonneg_int, positive_float, probability
 from dpopt.exceptions import InvalidParameterError
 
 if TYPE_CHECKING:
@@ -229,9 +230,9 @@ def add_ledger_parser(sub: Any) -> None:
 
     q = lsub.add_parser("add-dataset", help="register a dataset with its total budget")
     q.add_argument("name", metavar="NAME", help="dataset name (letters, digits, _ . : @ + / -)")
-    q.add_argument("--epsilon", type=float, required=True, metavar="E", help="total budget ε > 0")
+    q.add_argument("--epsilon", type=positive_float, required=True, metavar="E", help="total budget ε > 0")
     q.add_argument(
-        "--delta", type=float, default=0.0, metavar="D", help="total budget 0 <= δ < 1 (default 0)"
+        "--delta", type=probability, default=0.0, metavar="D", help="total budget 0 <= δ < 1 (default 0)"
     )
     q.add_argument(
         "--neighbouring",
@@ -258,7 +259,7 @@ def add_ledger_parser(sub: Any) -> None:
     q.add_argument("name", metavar="NAME")
     q.add_argument(
         "--limit",
-        type=int,
+        type=nonneg_int,
         default=_HISTORY_ROWS,
         metavar="N",
         help=f"show the last N releases (default {_HISTORY_ROWS}; 0: all)",

@@ -45,6 +45,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from dpopt.cli_types import nonneg_float, positive_float
 from dpopt.exceptions import InvalidParameterError
 
 __all__ = ["add_site_parsers", "admm_run_command", "supernode_command"]
@@ -338,7 +339,7 @@ def add_site_parsers(sub: Any) -> None:
         action="store_true",
         help="no long-lived site worker: every message loads the rows in its own ClientApp process",
     )
-    q.add_argument("--retry-for", type=float, default=300.0,
+    q.add_argument("--retry-for", type=nonneg_float, default=300.0, metavar="SECONDS",
                    help="seconds to keep restarting a SuperNode that stops with an error, e.g. one that cannot "
                         "activate after a crash while the SuperLink still holds its registration (default 300)")  # fmt: skip
     q.set_defaults(func=_cmd_site_serve)
@@ -355,7 +356,11 @@ def add_site_parsers(sub: Any) -> None:
         "--app-dir", default=None, help="where to write the Flower app bundle (default: a temp dir)"
     )
     q.add_argument(
-        "--timeout", type=float, default=3600.0, help="seconds to wait for the result (default 3600)"
+        "--timeout",
+        type=positive_float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="seconds to wait for the result (default 3600)",
     )
     q.add_argument("--insecure", action="store_true", help="allow a federation without TLS: local tests only")
     q.add_argument("--dry-run", action="store_true", help="print the flwr command line and exit")

@@ -123,15 +123,16 @@ class DPOptError(Exception):
         *,
         names: Callable[[str], str | None] | None = None,
         spelling: Spelling = python_spelling,
+        hints: bool = True,
     ) -> str:
         """The message in a layer's terms.
 
         ``names`` maps :attr:`param` to the layer's name for it (None: keep it); ``spelling`` writes
         the hint's settings (a hint the layer cannot spell, i.e. one with a setting it lacks, is
-        left out).  The defaults give ``str(err)`` as raised.
+        left out, as is every hint with ``hints=False``).  The defaults give ``str(err)`` as raised.
         """
         text = self.reason
-        if self.hint is not None:
+        if self.hint is not None and hints:
             hint = self.hint.spell(spelling)
             if hint is not None:
                 text = f"{text}; {hint}" if text else hint

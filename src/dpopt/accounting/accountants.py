@@ -40,8 +40,10 @@ from dpopt.accounting.events import (
 )
 from dpopt.exceptions import (
     BudgetExceededError,
+    Hint,
     InvalidParameterError,
     PrivacyClaimWarning,
+    Setting,
     UnsupportedEventError,
 )
 
@@ -89,8 +91,12 @@ class Budget:
         object.__setattr__(self, "epsilon", check_positive(self.epsilon, "epsilon"))
         if self.epsilon > MAX_EPSILON:
             raise InvalidParameterError(
-                f"epsilon: must be at most {MAX_EPSILON:g} (larger values give no meaningful guarantee); "
-                "to run without privacy, switch the noise off where the method allows it"
+                f"must be at most {MAX_EPSILON:g} (larger values give no meaningful guarantee)",
+                param="epsilon",
+                hint=Hint(
+                    "to run without privacy, switch the noise off where the method allows it ({0})",
+                    Setting("budget", "non-private"),
+                ),
             )
         object.__setattr__(self, "delta", check_probability(self.delta, "delta"))
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import Hint, InvalidParameterError
 from dpopt.linear_queries.workloads import Workload
 
 __all__ = ["FloatArray", "IterateCallback", "StrategyResult", "empty_strategy"]
@@ -173,8 +173,8 @@ class StrategyResult:
         result = cls(strategy=strategy, **meta)
         if workload is not None and result.workload_fingerprint != workload.fingerprint():
             raise InvalidParameterError(
-                "the saved strategy was optimized for a different workload (fingerprint mismatch); "
-                "re-run optimize_strategy for this workload"
+                "the saved strategy was optimized for a different workload (fingerprint mismatch)",
+                hint=Hint("re-run optimize_strategy for this workload"),
             )
         return result
 

@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike, NDArray
 from dpopt._validation import as_float_array, check_array
 from dpopt.accounting import Accountant, Budget, PrivacySpent, check_neighbouring, make_accountant
 from dpopt.accounting.events import Neighbouring
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import Hint, InvalidParameterError, Setting
 from dpopt.linear_queries.records import Records, Schema
 from dpopt.linear_queries.strategy import (
     StrategyResult,
@@ -127,13 +127,17 @@ def _check_histogram(histogram: ArrayLike, n: int, counts: str) -> FloatArray:
     x = check_array(histogram, "histogram", ndim=1)
     if x.shape != (n,):
         raise InvalidParameterError(
-            f"histogram: expected length {n} (the workload's domain size), got length {x.shape[0]}"
+            f"expected length {n} (the workload's domain size), got length {x.shape[0]}", param="histogram"
         )
     if counts == "integer":
         if np.any(x < 0) or np.any(x != np.round(x)):
             raise InvalidParameterError(
-                "histogram: expected non-negative integer counts (one unit per record); pass "
-                "counts='real' for real-valued data vectors, whose sensitivity you then vouch for"
+                "expected non-negative integer counts (one unit per record)",
+                param="histogram",
+                hint=Hint(
+                    "pass {0} for real-valued data vectors, whose sensitivity you then vouch for",
+                    Setting("counts", "real"),
+                ),
             )
     elif counts != "real":
         raise InvalidParameterError("counts: must be 'integer' or 'real'")

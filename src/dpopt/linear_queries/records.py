@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpopt._validation import check_memory
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import Hint, InvalidParameterError, Setting
 
 __all__ = ["Attribute", "Records", "Schema"]
 
@@ -87,8 +87,11 @@ class Attribute:
                 if not clip:
                     raise InvalidParameterError(
                         f"attribute {self.name!r}: some records lie outside the declared domain "
-                        f"(a range of {self.size} values); declare a wider domain, or pass clip=True to move "
-                        "them to the nearest end of the range"
+                        f"(a range of {self.size} values)",
+                        hint=Hint(
+                            "declare a wider domain, or pass {0} to move them to the nearest end of the range",
+                            Setting("clip", True),
+                        ),
                     )
                 codes = np.clip(codes, 0, self.size - 1)
             return codes.astype(np.intp)

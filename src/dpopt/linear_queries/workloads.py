@@ -33,7 +33,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from dpopt._validation import as_float_array, check_int, check_probability, parse_numeric_table
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import Hint, InvalidParameterError, Setting
 from dpopt.randomness import RNGLike, as_generator
 
 __all__ = [
@@ -379,9 +379,12 @@ class MatrixWorkload(Workload):
             zero = self.zero_columns()
             if zero.size:
                 raise InvalidParameterError(
-                    f"W: {zero.size} of its {n} columns are all zero (cells no query touches); drop those "
-                    "cells from the domain, or pass allow_zero_columns=True (the optimizer then leaves them "
-                    "unmeasured)"
+                    f"{zero.size} of its {n} columns are all zero (cells no query touches)",
+                    param="W",
+                    hint=Hint(
+                        "drop those cells from the domain, or pass {0} (the optimizer then leaves them unmeasured)",
+                        Setting("allow_zero_columns", True),
+                    ),
                 )
 
     def _gram(self) -> FloatArray:
@@ -823,6 +826,11 @@ _SPEC_MAKERS: dict[str, tuple[tuple[str, ...], Any]] = {
 }
 
 
+_SPEC = "workload spec"
+#: Least value of each integer key of a spec (the sizes m, n; the seed).
+_SPEC_MINIMUM = {"m": 1, "n": 1, "seed": 0}
+
+
 def from_spec(spec: str, *, rng: RNGLike = None) -> Workload:
     """A workload from a short text description (for command lines and configs).
 
@@ -833,7 +841,7 @@ def from_spec(spec: str, *, rng: RNGLike = None) -> Workload:
     Examples: ``"prefix:n=1024"``, ``"ranges:m=1024,n=512,seed=0"``.
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise InvalidParameterError("workload spec: expected a non-empty string such as 'prefix:n=1024'")
+        raise InvalidParameterError("expected a non-empty string such as 'prefix:n=1024'", param=_SPEC)
     parts = [p.strip() for p in spec.split("*")]
     if len(parts) > 1:
         return Kronecker([from_spec(p, rng=rng) for p in parts])
@@ -841,21 +849,24 @@ def from_spec(spec: str, *, rng: RNGLike = None) -> Workload:
     name = name.strip().lower().replace("-", "_")
     if name not in _SPEC_MAKERS:
         raise InvalidParameterError(
-            f"workload spec: unknown workload {name!r}; choose one of {sorted(_SPEC_MAKERS)}"
+            f"unknown workload {name!r}; choose one of {sorted(_SPEC_MAKERS)}", param=_SPEC
         )
     args: dict[str, Any] = {}
     for item in filter(None, (t.strip() for t in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq:
-            raise InvalidParameterError(f"workload spec: expected key=value, got {item!r}")
+            raise InvalidParameterError(f"expected key=value, got {item!r}", param=_SPEC)
         try:
             args[key.strip()] = float(value) if key.strip() == "p" else int(value)
         except ValueError:
-            raise InvalidParameterError(f"workload spec: bad value for {key.strip()!r}") from None
+            raise InvalidParameterError(f"bad value for {key.strip()!r}", param=_SPEC) from None
     needed, make = _SPEC_MAKERS[name]
     missing = [k for k in needed if k not in args]
     if missing:
-        raise InvalidParameterError(f"workload spec: {name} needs {', '.join(missing)} (e.g. {name}:n=256)")
+        raise InvalidParameterError(f"{name} needs {', '.join(missing)} (e.g. {name}:n=256)", param=_SPEC)
+    for key, least in _SPEC_MINIMUM.items():  # named as the spec names them (prefix:n=0 is about n)
+        if key in args and not args[key] >= least:
+            raise InvalidParameterError(f"{key}: must be an integer >= {least}", param=_SPEC)
     if "seed" in args:
         rng = args.pop("seed")
     workload: Workload = make(args, rng)
