@@ -194,9 +194,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise InvalidParameterError(f"--out {args.out}: is a directory; give a file name such as ledger.json")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, out)
+    if not out.parent.is_dir():
+        raise InvalidParameterError(f"--out {args.out}: directory {out.parent} does not exist")
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.partial")  # complete or absent: never a partial file
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, out)
+    except OSError as exc:  # name the user's file, not the temporary one
+        tmp.unlink(missing_ok=True)
+        raise InvalidParameterError(
+            f"--out {args.out}: cannot write ({exc.strerror or type(exc).__name__})"
+        ) from None
     n = sum(len(d["releases"]) for d in data["datasets"])
     _console().print(f"exported {len(data['datasets'])} dataset(s), {n} release(s) -> {out}", markup=False)
     return 0

@@ -65,6 +65,15 @@ def _tool(name: str) -> str:
     return found
 
 
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML file at ``path``; a syntax error is one line naming the file, line and column."""
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidParameterError(f"{path}: not valid TOML: {exc}") from None
+
+
 def supernode_command(
     config: str | Path, *, insecure: bool = False, executable: str = "flower-supernode"
 ) -> list[str]:
@@ -72,8 +81,7 @@ def supernode_command(
     from dpopt.distributed.flower_engine import NODE_CONFIG_KEY, load_site_config, load_site_policy
 
     path = Path(config).resolve()
-    with open(path, "rb") as fh:
-        raw = tomllib.load(fh)
+    raw = _read_toml(path)
     load_site_config(path)  # the [[site]] tables must be valid before anything starts
     load_site_policy(path)  # and so must [privacy] (cap, ledger, own schedule, noise key)
     node: dict[str, Any] = raw.get("supernode", {})
@@ -106,8 +114,7 @@ def _flwr_config(federation: str) -> dict[str, Any]:
     path = home / "config.toml"
     if not path.exists():
         raise InvalidParameterError(f"--federation: no Flower configuration at {path}")
-    with open(path, "rb") as fh:
-        raw = tomllib.load(fh)
+    raw = _read_toml(path)
     conn = raw.get("superlink", {}).get(federation)
     if not isinstance(conn, dict):
         raise InvalidParameterError(f"--federation: {path} has no [superlink.{federation}] table")
@@ -286,7 +293,17 @@ def _cmd_admm_run(args: argparse.Namespace) -> int:
     flwr = cmd[0] = _tool("flwr")
     _previous_run(flwr, args.federation, out, stop=args.stop_previous)
     before = out.stat().st_mtime if out.exists() else None
-    submitted = subprocess.run(cmd, check=True, timeout=300, capture_output=True)
+    try:
+        submitted = subprocess.run(cmd, check=True, timeout=300, capture_output=True)
+    except subprocess.CalledProcessError as exc:  # Flower's own message, last line only
+        said = [ln.strip() for ln in exc.stderr.decode(errors="replace").splitlines() if ln.strip()]
+        raise InvalidParameterError(
+            f"dpopt admm run: 'flwr run' failed (exit {exc.returncode})" + (f": {said[-1]}" if said else "")
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise InvalidParameterError(
+            "dpopt admm run: 'flwr run' did not submit the job within 300 s"
+        ) from None
     text = submitted.stdout.decode(errors="replace")
     sys.stdout.write(text)
     sys.stdout.flush()

@@ -59,4 +59,3 @@ def nonneg_int(text: str) -> int:
     if not _INT_RE.fullmatch(text):
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
     return int(text)
-
