@@ -841,6 +841,10 @@ def _flag_map(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "version")}
 
 
+#: Library parameter -> the option (dest) that sets it where the names differ (``out_dir`` is ``--out``).
+_API_PARAMS = {"out_dir": "out"}
+
+
 def _no_api_settings(setting: Setting) -> None:
     """The spelling of a layer without the API's settings: a hint naming one is left out."""
     return None
@@ -857,14 +861,14 @@ def _cli_message(exc: DPOptError, args: argparse.Namespace | None) -> str:
     def name(param: str) -> str | None:
         if param in settings:
             return f"--set {param}"
-        action = flags.get(param)
+        action = flags.get(_API_PARAMS.get(param, param))
         return max(action.option_strings, key=len) if action is not None else None
 
     def spelling(setting: Setting) -> str | None:
         if setting.param in settings:
             value = "VALUE" if setting.value is ... else setting.value
             return f"--set {setting.param}={value}"
-        action = flags.get(setting.param)
+        action = flags.get(_API_PARAMS.get(setting.param, setting.param))
         if action is None:
             return None
         flag = max(action.option_strings, key=len)

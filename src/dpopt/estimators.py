@@ -126,7 +126,7 @@ def _estimator_spelling(setting: Setting) -> str:
 def _in_estimator_terms(exc: DPOptError, estimator: str) -> DPOptError:
     """The same error (type and fields), worded with the estimator's parameters (``clip=True``,
     ``solver=``) when its parameter or its hint's settings are spelled differently by the estimator."""
-    settings = exc.hint.settings if exc.hint is not None else ()
+    settings = exc.hint.all_settings() if exc.hint is not None else ()
     if exc.param not in _ESTIMATOR_PARAMS and not any(
         s.owner is not None or s.param in _ESTIMATOR_PARAMS for s in settings
     ):

@@ -64,6 +64,9 @@ def python_spelling(setting: Setting) -> str:
 class Hint:
     """How to fix an error: ``text`` with ``{0}``, ``{1}``, ... standing for ``settings``.
 
+    ``more`` is a further part, spelled (or left out) on its own and appended after a space: a
+    Python-only aside such as ``"(or Ledger(..., create=True))"`` after advice every layer can give.
+
     Examples
     --------
     >>> hint = Hint("declare a wider domain, or pass {0} to clip them", Setting("clip", True))
@@ -75,20 +78,32 @@ class Hint:
 
     text: str
     settings: tuple[Setting, ...]
+    more: Hint | None
 
-    def __init__(self, text: str, *settings: Setting) -> None:
+    def __init__(self, text: str, *settings: Setting, more: Hint | None = None) -> None:
         object.__setattr__(self, "text", text)
         object.__setattr__(self, "settings", tuple(settings))
+        object.__setattr__(self, "more", more)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.text, *self.settings))
+        return (_make_hint, (self.text, self.settings, self.more))
+
+    def all_settings(self) -> tuple[Setting, ...]:
+        """The settings of this part and of the further parts."""
+        return self.settings + (self.more.all_settings() if self.more is not None else ())
 
     def spell(self, spelling: Spelling = python_spelling) -> str | None:
-        """The hint in a layer's terms; None when the layer lacks one of its settings."""
+        """The hint in a layer's terms, without the parts naming a setting the layer lacks (None if
+        no part is left)."""
         words = [spelling(s) for s in self.settings]
-        if any(w is None for w in words):
-            return None
-        return self.text.format(*words)
+        own = None if any(w is None for w in words) else self.text.format(*words)
+        more = self.more.spell(spelling) if self.more is not None else None
+        parts = [p for p in (own, more) if p]
+        return " ".join(parts) if parts else None
+
+
+def _make_hint(text: str, settings: tuple[Setting, ...], more: Hint | None) -> Hint:
+    return Hint(text, *settings, more=more)
 
 
 class DPOptError(Exception):

@@ -143,10 +143,10 @@ def _prepare_dir(out_dir: Path) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidParameterError(
-            f"out_dir: cannot create {out_dir} ({exc.strerror or type(exc).__name__})"
+            f"cannot create {out_dir} ({exc.strerror or type(exc).__name__})", param="out_dir"
         ) from None
     if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise InvalidParameterError(f"out_dir: {out_dir} is not writable")
+        raise InvalidParameterError(f"{out_dir} is not writable", param="out_dir")
 
 
 def _clear_previous(out_dir: Path) -> None:

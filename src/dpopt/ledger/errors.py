@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dpopt.exceptions import DPOptError
+from dpopt.exceptions import DPOptError, Hint, Setting
 
 __all__ = [
     "LedgerConnectionError",
@@ -11,6 +11,10 @@ __all__ = [
     "LedgerSchemaError",
     "UnknownDatasetError",
 ]
+
+
+#: The Python API's way to create a missing ledger (an aside after the command line's).
+CREATE_HINT = Hint("(or {0})", Setting("create", True, owner="Ledger"))
 
 
 class LedgerError(DPOptError):

@@ -13,9 +13,10 @@ import sqlite3
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import Hint, InvalidParameterError
 from dpopt.ledger.backend import Backend, Transaction
 from dpopt.ledger.errors import (
+    CREATE_HINT,
     LedgerConnectionError,
     LedgerError,
     LedgerReadOnlyError,
@@ -68,8 +69,8 @@ class SqliteBackend(Backend):
         exists = os.path.exists(self.path)
         if not exists and not self.create:
             raise LedgerError(
-                f"no ledger at {self.path}; create one with 'dpopt ledger init --ledger {self.path}' "
-                "(or Ledger(url, create=True))"
+                f"no ledger at {self.path}",
+                hint=Hint(f"create one with 'dpopt ledger init --ledger {self.path}'", more=CREATE_HINT),
             )
         if os.path.isdir(self.path):
             raise LedgerError(f"the ledger {self.path} is a directory; give a file name such as ledger.db")
@@ -99,21 +100,22 @@ class SqliteBackend(Backend):
     def translate(self, exc: BaseException, *, writing: bool) -> LedgerError | None:
         if not isinstance(exc, sqlite3.Error):
             return None
-        msg = str(exc).lower()
+        code = getattr(exc, "sqlite_errorcode", None)  # SQLite's result code (its low byte: the primary one)
+        primary = code & 0xFF if isinstance(code, int) else None
         where = self.path
-        if "readonly" in msg or "read-only" in msg:
+        if primary == sqlite3.SQLITE_READONLY:
             return LedgerReadOnlyError(
                 f"the ledger {where} is read-only (file or directory permissions, or mode=ro): "
                 "nothing was recorded"
             )
-        if "locked" in msg or "busy" in msg:
+        if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return LedgerConnectionError(
                 f"the ledger {where} stayed locked by another process for more than {self.timeout:g} s; "
                 "nothing was recorded: try again"
             )
-        if "not a database" in msg or "malformed" in msg or "corrupt" in msg:
+        if primary in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
             return LedgerSchemaError(f"{where} is not a dpopt ledger (not an SQLite database, or corrupt)")
-        if "unable to open" in msg:
+        if primary == sqlite3.SQLITE_CANTOPEN:
             return LedgerConnectionError(
                 f"cannot open the ledger {where} (does its directory exist and is it writable?)"
             )

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from dpopt.accounting import Budget, PrivacyEvent, PrivacySpent, make_accountant
 from dpopt.accounting.accountants import available_accountants
 from dpopt.accounting.events import Neighbouring, check_neighbouring
-from dpopt.exceptions import DPOptError, InvalidParameterError, PrivacyClaimWarning
+from dpopt.exceptions import DPOptError, Hint, InvalidParameterError, PrivacyClaimWarning
 from dpopt.ledger.backend import Backend, Transaction, open_backend
-from dpopt.ledger.errors import LedgerError, LedgerSchemaError, UnknownDatasetError
+from dpopt.ledger.errors import CREATE_HINT, LedgerError, LedgerSchemaError, UnknownDatasetError
 from dpopt.ledger.schema import FORMAT, MIGRATIONS, SCHEMA_VERSION
 from dpopt.ledger.serialize import event_from_json
 
@@ -210,8 +210,8 @@ class Ledger:
             )
         if version == 0 and not create:
             raise LedgerError(
-                f"no ledger at {be.display_url}; create one with 'dpopt ledger init --ledger URL' "
-                "(or Ledger(url, create=True))"
+                f"no ledger at {be.display_url}",
+                hint=Hint("create one with 'dpopt ledger init --ledger URL'", more=CREATE_HINT),
             )
         with be.transaction(write=True) as tx:  # migrate (or create) under the write lock
             be.lock_schema(tx)
