@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,27 @@ def test_reproduce_charges_every_release(private_demo: str, capsys: pytest.Captu
     capsys.readouterr()
     assert main(["ledger", "export", "demo", "--ledger", "l.db"]) == 0
     assert json.loads(capsys.readouterr().out)["datasets"][0]["spent"]["n_events"] == 5
+
+
+def test_a_failed_export_names_the_users_file(capsys: pytest.CaptureFixture[str], in_tmp: Path) -> None:
+    assert main(["ledger", "init"]) == 0
+    capsys.readouterr()
+    assert main(["ledger", "export", "--out", "missing-dir/ledger.json"]) == 2
+    line = _error(capsys)
+    assert "--out missing-dir/ledger.json" in line and "partial" not in line
+    assert main(["ledger", "export", "--out", "ledger.json"]) == 0
+    capsys.readouterr()
+    real_replace = os.replace
+
+    def refuse(src: Any, dst: Any) -> None:  # the final rename fails (a file system error)
+        raise PermissionError(13, "Permission denied", str(dst))
+
+    import dpopt.cli_ledger
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dpopt.cli_ledger.os, "replace", refuse)
+        assert main(["ledger", "export", "--out", "out.json"]) == 2
+    line = _error(capsys)
+    assert "--out out.json: cannot write (Permission denied)" in line and "partial" not in line
+    assert not [p for p in in_tmp.iterdir() if p.name.endswith(".partial")]  # no temporary file left
+    assert os.replace is real_replace

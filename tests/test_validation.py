@@ -6,13 +6,16 @@ never contain the offending data values.
 
 from __future__ import annotations
 
+import ast
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dpopt._validation import check_positive
 from dpopt.accounting import Budget, LaplaceEvent, make_accountant
 from dpopt.exceptions import DPOptError, InvalidParameterError
 from dpopt.mechanisms import GaussianMechanism, LaplaceMechanism, ReportNoisyMin
@@ -168,3 +171,96 @@ def test_check_memory_refuses_with_the_estimate() -> None:
     check_memory(1024, "a small table", fix="n/a")
     with pytest.raises(InvalidParameterError, match=r"max_iter=10\*\*12: the history would need ~7.28 TiB"):
         check_memory(8 * 10**12, "max_iter=10**12: the history", fix="use fewer rounds")
+
+
+# ------------------------------------------------------------------ errors carry structure
+
+
+def _is_message_text(node: ast.AST, excs: set[str], derived: set[str]) -> bool:
+    """``node`` contains ``str(exc)``, ``repr(exc)``, ``exc.args``, ``f"{exc}"`` or a name in ``derived``."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id in ("str", "repr"):
+            if any(isinstance(x, ast.Name) and x.id in excs for x in sub.args):
+                return True
+        if isinstance(sub, ast.Attribute) and sub.attr == "args":
+            if isinstance(sub.value, ast.Name) and sub.value.id in excs:
+                return True
+        if isinstance(sub, ast.FormattedValue) and isinstance(sub.value, ast.Name) and sub.value.id in excs:
+            return True
+        if isinstance(sub, ast.Name) and sub.id in derived:
+            return True
+    return False
+
+
+def _message_text_branches(tree: ast.AST) -> list[int]:
+    """Lines where a decision is taken on an exception's message text: a comparison (``in``, ``==``,
+    ...) or a string test (``startswith``, ``re.search``, ...) involving ``str(exc)``, ``exc.args`` or a
+    name assigned from them, where ``exc`` is bound by ``except ... as exc`` or is a parameter named
+    like one (``exc``, ``err``, ``error``) or annotated as an exception."""
+    tests = ("startswith", "endswith", "find", "count", "index", "search", "match", "fullmatch")
+    lines: list[int] = []
+    for func in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
+        excs = {h.name for h in ast.walk(func) if isinstance(h, ast.ExceptHandler) and h.name}
+        for a in [*func.args.args, *func.args.kwonlyargs]:
+            note = ast.unparse(a.annotation) if a.annotation is not None else ""
+            if a.arg in ("exc", "err", "error") or "Exception" in note or "Error" in note:
+                excs.add(a.arg)
+        if not excs:
+            continue
+        derived: set[str] = set()
+        for _ in range(3):  # names assigned from the text, and from those
+            for node in ast.walk(func):
+                if isinstance(node, ast.Assign) and _is_message_text(node.value, excs, derived):
+                    derived |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(func):
+            if isinstance(node, ast.Compare) and _is_message_text(node, excs, derived):
+                lines.append(node.lineno)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in tests
+            ):
+                if _is_message_text(node, excs, derived):
+                    lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_no_decision_is_taken_on_an_error_message() -> None:
+    """Errors are told apart by type and fields (``param``, ``hint``, ``requested``), never by text."""
+    import dpopt
+
+    src = Path(dpopt.__file__).parent
+    found = {}
+    for path in sorted(src.rglob("*.py")):
+        lines = _message_text_branches(ast.parse(path.read_text(encoding="utf-8")))
+        if lines:
+            found[str(path.relative_to(src))] = lines
+    assert found == {}
+    # the check itself finds the patterns it forbids
+    sample = "def g():\n  try:\n    f()\n  except ValueError as err:\n    msg = str(err).lower()\n    if 'x' in msg:\n      pass\n"
+    assert _message_text_branches(ast.parse(sample)) == [6]
+    assert _message_text_branches(ast.parse("def g(exc):\n    return str(exc) == 'x'\n")) == [2]
+
+
+def test_errors_carry_param_and_hint_and_keep_their_text() -> None:
+    import pickle
+
+    from dpopt.exceptions import BudgetExceededError, Hint, Setting
+
+    with pytest.raises(InvalidParameterError) as info:
+        check_positive(-1.0, "epsilon")
+    assert str(info.value) == "epsilon: must be > 0"
+    assert info.value.param == "epsilon" and info.value.reason == "must be > 0" and info.value.hint is None
+    hint = Hint("declare a larger bound or pass {0}", Setting("clip", True, owner="DataBounds"))
+    err = DPOptError("3 of 9 rows are too long", hint=hint)
+    assert str(err) == "3 of 9 rows are too long; declare a larger bound or pass DataBounds(..., clip=True)"
+    assert (
+        err.render(spelling=lambda s: f"--{s.param}")
+        == "3 of 9 rows are too long; declare a larger bound or pass --clip"
+    )
+    assert err.render(spelling=lambda s: None) == "3 of 9 rows are too long"  # a layer without the setting
+    again = pickle.loads(pickle.dumps(err))  # errors cross process boundaries (engines, workers)
+    assert str(again) == str(err) and again.hint == hint
+    over = BudgetExceededError("over", requested=2.0, budget=1.0, remaining=0.5, delta=1e-6)
+    over = pickle.loads(pickle.dumps(over))
+    assert (over.requested, over.budget, over.remaining, over.delta) == (2.0, 1.0, 0.5, 1e-6)
