@@ -80,8 +80,9 @@ def test_a_workload_spec_error_names_the_key_the_user_typed(
         (["ledger", "add-dataset", "x", "--epsilon", "1", "--delta", "-0.1"], "--delta"),
         (["ledger", "add-dataset", "x", "--epsilon", "0"], "--epsilon"),
         (["strategy", "prefix:n=4", "--out", "s.npz", "--tol", "0"], "--tol"),
-        (["answer", "prefix:n=4", "h.csv", "--epsilon", "-1", "--delta", "1e-6"], "--epsilon"),
-        (["answer", "prefix:n=4", "h.csv", "--epsilon", "1", "--delta", "1"], "--delta"),
+        # refused while parsing: before the command checks --out (a directory here)
+        (["answer", "prefix:n=4", "h.csv", "--epsilon", "-1", "--delta", "1e-6", "--out", "."], "--epsilon"),
+        (["answer", "prefix:n=4", "h.csv", "--epsilon", "1", "--delta", "1", "--out", "."], "--delta"),
         (["answer", "prefix:n=4", "h.csv", "--epsilon", "1", "--delta", "1e-6", "--seed", "-3"], "--seed"),
         (["site", "serve", "--config", "site.toml", "--dry-run", "--retry-for", "-1"], "--retry-for"),
         (

@@ -13,17 +13,19 @@ import re
 import sys
 import warnings
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from dpopt.cli_types import nonneg_int, positive_float, probability
-from dpopt.exceptions import DPOptError, Setting
+from dpopt.exceptions import DPOptError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import numpy as np
     from rich.console import Console
 
+    from dpopt.exceptions import Setting
     from dpopt.linear_queries import StrategyResult, Workload
 
 __all__ = ["main"]
@@ -632,6 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dpopt import __version__
     from dpopt.cli_ledger import add_ledger_options, add_ledger_parser
     from dpopt.cli_site import add_site_parsers
+    from dpopt.cli_types import nonneg_int, positive_float, probability
 
     parser = _Parser(
         prog=PROG,
@@ -744,8 +747,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--schema",
         metavar="JSON",
-        help='declared attribute domains of the records in HISTOGRAM, e.g. {"age": {"range": [17, 90]}, '
-        '"sex": ["F", "M"], "hours": 100} (attribute order = the domain\'s axes); records outside are refused',
+        help="declared attribute domains of the records in HISTOGRAM, inline or in a JSON file, e.g. "
+        '{"age": {"range": [17, 90]}, "sex": ["F", "M"], "hours": 100} (attribute order = the domain\'s '
+        "axes); records outside are refused unless --clip is given",
     )
     p.add_argument(
         "--clip",
