@@ -267,18 +267,21 @@ def check_call(
         c = problem.constraint
         if c is None:
             raise InvalidParameterError(
-                f"method {name!r} needs a bounded constraint set (problem.constraint is None); "
-                + others(lambda s: s.unconstrained)
+                f"{name!r} needs a bounded constraint set (problem.constraint is None); "
+                + others(lambda s: s.unconstrained),
+                param="method",
             )
         raise InvalidParameterError(
-            f"method {name!r} does not support {describe_constraint(c)}; "
-            + others(lambda s: s.supports_constraint(c))
+            f"{name!r} does not support {describe_constraint(c)}; "
+            + others(lambda s: s.supports_constraint(c)),
+            param="method",
         )
     if not spec.supports_loss(problem.loss):
         loss = problem.loss
         raise InvalidParameterError(
-            f"method {name!r} does not support the {type(loss).__name__}; "
-            + others(lambda s: s.supports_loss(loss))
+            f"{name!r} does not support the {type(loss).__name__}; "
+            + others(lambda s: s.supports_loss(loss)),
+            param="method",
         )
     if calibration not in spec.calibrations:
         raise InvalidParameterError(
