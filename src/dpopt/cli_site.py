@@ -104,7 +104,10 @@ def supernode_command(
             "pass --insecure only for a local test"
         )
     if "port" in node:
-        cmd += ["--port", str(int(node["port"]))]
+        port = str(node["port"]).strip()
+        if isinstance(node["port"], bool) or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidParameterError(f"{path}: [supernode] port must be an integer from 1 to 65535")
+        cmd += ["--port", str(int(port))]
     cmd += ["--node-config", f"{NODE_CONFIG_KEY}='{path}'"]
     return cmd
 
@@ -115,7 +118,8 @@ def _flwr_config(federation: str) -> dict[str, Any]:
     if not path.exists():
         raise InvalidParameterError(f"--federation: no Flower configuration at {path}")
     raw = _read_toml(path)
-    conn = raw.get("superlink", {}).get(federation)
+    links = raw.get("superlink", {})
+    conn = links.get(federation) if isinstance(links, dict) else None
     if not isinstance(conn, dict):
         raise InvalidParameterError(f"--federation: {path} has no [superlink.{federation}] table")
     return conn
