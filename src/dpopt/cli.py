@@ -717,13 +717,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="dual",
         help="optimizer: dual (default, certified), paper (COA as published), newton",
     )
-    p.add_argument(
-        "--tol",
-        type=positive_float,
-        default=1e-4,
-        metavar="TOL",
-        help="target certified relative gap (default 1e-4)",
-    )
+    tol_help = "target certified relative gap (default 1e-4)"
+    p.add_argument("--tol", type=positive_float, default=1e-4, metavar="TOL", help=tol_help)
     p.set_defaults(func=_cmd_strategy)
 
     p = sub.add_parser(
@@ -814,7 +809,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_answer)
     add_ledger_parser(sub)
     add_site_parsers(sub)
-    for command in _subparsers(parser):  # library errors are reported with these flags
+    return _finish(parser)
+
+
+def _finish(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Every subcommand learns its flags (library errors are said with them) and gets a description."""
+    for command in _subparsers(parser):
         command.set_defaults(_flags=_flag_map(command))
     _describe(parser)
     return parser

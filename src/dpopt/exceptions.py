@@ -211,6 +211,25 @@ class BudgetExceededError(DPOptError):
         self.delta = delta
         super().__init__(message, param=param, hint=hint)
 
+    @classmethod
+    def composing(cls, requested: float, budget: float, delta: float, kind: str) -> BudgetExceededError:
+        """The refusal of a ``kind`` accountant whose budget is ε=``budget`` at ``delta``."""
+        return cls(
+            f"composing this event would spend ε={requested:.4g} at δ={delta:g}, over the budget "
+            f"ε={budget:g} ({kind} accountant); increase the noise, reduce the number of releases or "
+            "raise the budget",
+            requested=requested,
+            budget=budget,
+            delta=delta,
+        )
+
+
+#: The Python API's way to run without privacy (``budget="non-private"``), where a method allows it.
+NON_PRIVATE_HINT = Hint(
+    "to run without privacy, switch the noise off where the method allows it ({0})",
+    Setting("budget", "non-private"),
+)
+
 
 class UnsupportedEventError(DPOptError, TypeError):
     """An accountant cannot analyse the given privacy event (or a precondition of its rule fails)."""

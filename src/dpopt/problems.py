@@ -29,14 +29,9 @@ import scipy.sparse
 from numpy.typing import ArrayLike, NDArray
 from scipy import integrate, special
 
+from dpopt import exceptions
 from dpopt._validation import check_array, check_int, check_nonneg, check_positive
-from dpopt.exceptions import (
-    BoundsViolationError,
-    Hint,
-    InvalidParameterError,
-    MissingDataBoundsError,
-    Setting,
-)
+from dpopt.exceptions import BoundsViolationError, InvalidParameterError, MissingDataBoundsError
 from dpopt.randomness import RNGLike, as_generator
 
 __all__ = [
@@ -190,8 +185,9 @@ class DataBounds:
         return X, y
 
 
-#: The advice of a bounds violation (each layer names its own clipping switch).
-_CLIP_HINT = Hint("declare a larger bound or pass {0}", Setting("clip", True, owner="DataBounds"))
+_CLIP_HINT = exceptions.Hint(
+    "declare a larger bound or pass {0}", exceptions.Setting("clip", True, owner="DataBounds")
+)
 
 
 def _clip_rows(X: Any, b: float, norm: NormName, norms: Array) -> Any:

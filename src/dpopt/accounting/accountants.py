@@ -39,11 +39,10 @@ from dpopt.accounting.events import (
     check_neighbouring,
 )
 from dpopt.exceptions import (
+    NON_PRIVATE_HINT,
     BudgetExceededError,
-    Hint,
     InvalidParameterError,
     PrivacyClaimWarning,
-    Setting,
     UnsupportedEventError,
 )
 
@@ -93,10 +92,7 @@ class Budget:
             raise InvalidParameterError(
                 f"must be at most {MAX_EPSILON:g} (larger values give no meaningful guarantee)",
                 param="epsilon",
-                hint=Hint(
-                    "to run without privacy, switch the noise off where the method allows it ({0})",
-                    Setting("budget", "non-private"),
-                ),
+                hint=NON_PRIVATE_HINT,
             )
         object.__setattr__(self, "delta", check_probability(self.delta, "delta"))
 
@@ -272,15 +268,7 @@ class Accountant(ABC):
         if self.budget is not None:
             eps = self._epsilon(state, self.budget.delta)
             if not eps <= self.budget.epsilon * (1 + _REL_TOL) + 1e-12:
-                raise BudgetExceededError(
-                    f"composing this event would spend ε={eps:.4g} at δ={self.budget.delta:g}, over the "
-                    f"budget ε={self.budget.epsilon:g} ({self.kind} accountant); increase the noise, "
-                    "reduce the number of releases or raise the budget",
-                    requested=eps,
-                    budget=self.budget.epsilon,
-                    remaining=max(0.0, self.budget.epsilon - self.epsilon()),
-                    delta=self.budget.delta,
-                )
+                raise BudgetExceededError.composing(eps, self.budget.epsilon, self.budget.delta, self.kind)
         for note in notes:
             if not isinstance(note, InfoNote):
                 warnings.warn(note, PrivacyClaimWarning, stacklevel=2)

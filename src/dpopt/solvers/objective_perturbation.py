@@ -435,6 +435,12 @@ def _inexact_split(budget: Budget, fraction: float) -> tuple[Budget, Budget]:
     )
 
 
+#: How to run under add/remove neighbours with δ > 0 (the refusal's advice).
+_PURE_EPSILON_HINT = Hint(
+    "pass a budget with δ = 0, or use {0} (the add/remove default for δ > 0)", Setting("method", "dp_sgd")
+)
+
+
 def private_objective_perturbation(
     problem: ERMProblem,
     X: Any,
@@ -581,10 +587,7 @@ def private_objective_perturbation(
         if bud is not None and bud.delta > 0:
             raise InvalidParameterError(
                 "objective perturbation under neighbouring='add_remove' has a pure-ε analysis only",
-                hint=Hint(
-                    "pass a budget with δ = 0, or use {0} (the add/remove default for δ > 0)",
-                    Setting("method", "dp_sgd"),
-                ),
+                hint=_PURE_EPSILON_HINT,
             )
         if bud is not None and calibration != "tight":
             raise InvalidParameterError(
