@@ -210,3 +210,19 @@ def test_errors_carry_param_and_hint_and_keep_their_text() -> None:
     over = BudgetExceededError("over", requested=2.0, budget=1.0, remaining=0.5, delta=1e-6)
     over = pickle.loads(pickle.dumps(over))
     assert (over.requested, over.budget, over.remaining, over.delta) == (2.0, 1.0, 0.5, 1e-6)
+
+
+def test_third_party_errors_are_told_apart_by_converting_not_by_their_text() -> None:
+    from dpopt._validation import numeric_or_refuse
+
+    def leaky(value: object) -> object:  # a third party quoting the data in its message
+        raise ValueError(f"bad input {value!r}")
+
+    secret = np.array([[1.25 + 1j, 7.5]])
+    with pytest.raises(InvalidParameterError, match=r"^X: Complex data not supported") as info:
+        numeric_or_refuse(lambda: leaky(secret), X=secret)
+    assert "1.25" not in str(info.value)
+    text = np.array([[0.5, "s3cret"]], dtype=object)
+    with pytest.raises(InvalidParameterError, match=r"^X: row 0, column 1 is text") as info:
+        numeric_or_refuse(lambda: leaky(text), X=text)
+    assert "s3cret" not in str(info.value)

@@ -221,6 +221,10 @@ def numeric_or_refuse(call: Callable[[], T], **inputs: Any) -> T:
         if isinstance(exc, InvalidParameterError):
             raise
         for name, value in inputs.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "c":  # scikit-learn's message prints it
+                raise InvalidParameterError(
+                    "Complex data not supported; expected real numbers", param=name
+                ) from None
             if not _numeric_by_type(value):
                 as_float_array(value, name, finite=False)  # raises with the failing entry named
         raise InvalidParameterError(str(exc)) from None  # the inputs are numeric: not a conversion error
