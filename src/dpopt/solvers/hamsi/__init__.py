@@ -11,6 +11,8 @@ as specified in ``spec/distributed-and-private-gradient-methods.md`` §2:
 * :func:`mbgd` -- the mini-batch gradient-descent baseline (same cover, schedule of length ``K``).
 * :func:`hamsi_step` and :func:`hamsi_dense` -- the model-minimiser step of Algorithm H1 with an
   explicit Hessian (principal submatrices per block), for small dense partially separable problems.
+* :class:`HamsiOptions` -- the options of the three solvers in one frozen, checked object
+  (the keyword arguments of each solver are its fields).
 * :class:`CompactLBFGS` -- the compact (Byrd-Nocedal-Schnabel) inverse-Hessian representation.
 * :func:`hamsi_distributed` -- the same algorithm with STRATA-B on the engines of
   :mod:`dpopt.distributed.engines` (in-process, local processes, Ray: one shard per row block,
@@ -48,11 +50,13 @@ from dpopt.solvers.hamsi.api import hamsi, mbgd
 from dpopt.solvers.hamsi.dense import hamsi_dense, hamsi_step
 from dpopt.solvers.hamsi.distributed import hamsi_distributed
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS
+from dpopt.solvers.hamsi.options import HamsiOptions
 from dpopt.solvers.hamsi.result import HamsiResult
 from dpopt.solvers.hamsi.schedule import subset_schedule
 
 __all__ = [
     "CompactLBFGS",
+    "HamsiOptions",
     "HamsiResult",
     "hamsi",
     "hamsi_dense",

@@ -2,35 +2,26 @@
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from dpopt.datasets import Ratings
 from dpopt.distributed.partition import Partition
-from dpopt.iteration import Callback, deprecated_alias
+from dpopt.iteration import Callback
 from dpopt.randomness import RNGLike
 from dpopt.solvers.hamsi._execution import _run
+from dpopt.solvers.hamsi.options import HamsiOptions, resolve_options
 from dpopt.solvers.hamsi.result import HamsiResult
 
 if TYPE_CHECKING:
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
 
-def _max_iter(max_iter: int | None, max_epochs: int | None, default: int = 100) -> int:
-    value = deprecated_alias(
-        {"max_epochs": max_epochs} if max_epochs is not None else {},
-        "max_epochs",
-        "max_iter",
-        max_iter,
-        where="hamsi",
-        stacklevel=4,
-    )
-    return default if value is None else value
-
-
 # ============================================================================ drivers
 _COMMON_DOC = """
     problem : MatrixFactorizationProblem
+    options : HamsiOptions or None, default None
+        All the options below in one checked object (see :class:`HamsiOptions`); keyword arguments
+        given as well override its fields.  ``None``: this function's defaults.
     partition : Partition, str or None, default None
         The cover: a :class:`~dpopt.distributed.partition.Partition` built on ``problem.ratings``, a
         scheme name (``"hogwild"``, ``"color"``, ``"color-b"``, ``"strata"``, ``"strata-b"``; built
@@ -103,39 +94,12 @@ def hamsi(
     problem: MatrixFactorizationProblem,
     partition: Partition | str | None = None,
     *,
-    schedule: Literal["det", "stoc"] = "det",
-    eta: float = 0.06,
-    gamma: float = 0.51,
-    memory: int = 5,
-    eta_gd: float = 0.001,
-    gamma_gd: float = 0.51,
-    beta_counter: Literal["outer", "inner"] = "inner",
-    beta_floor: float = 1.0,
-    sigma_mode: Literal["thesis", "running_min"] = "thesis",
-    sigma0: float = 500.0,
-    curvature: Literal["relative", "reference", "thesis"] = "relative",
-    curvature_tol: float | None = None,
-    safeguard: bool = True,
-    restart_growth: float = 2.0,
-    max_iter: int | None = None,
-    time_budget: float | None = None,
-    n_threads: int = 1,
-    backend: Literal["threads", "numba"] = "threads",
-    n_subsets: int = 20,
-    init: tuple[Any, ...] | None = None,
-    init_scale: float | Literal["spectral"] | None = 1.0,
-    test: Ratings | None = None,
-    eval_every: int = 1,
+    options: HamsiOptions | None = None,
     rng: RNGLike,
+    test: Ratings | None = None,
+    init: tuple[Any, ...] | None = None,
     callback: Callback | None = None,
-    max_epochs: int | None = None,
-    tol: float = 0.0,
-    patience: int | None = None,
-    early_stopping: bool = False,
-    train_rmse: Literal["exact", "running"] = "exact",
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    checkpoint_every: int = 1,
-    resume: bool = False,
+    **keywords: Any,
 ) -> HamsiResult:
     """HAMSI with compact L-BFGS updates (thesis Algorithm 3, spec H3).
 
@@ -186,17 +150,11 @@ def hamsi(
     ------
     InvalidParameterError
         For ``memory <= 0``, unknown options, non-positive constants or a mismatched partition.
+    TypeError
+        For a keyword argument that is not one of the options above.
     """
-    return _run(
-        problem, partition, method="hamsi", schedule=schedule, eta=eta, gamma=gamma, eta_gd=eta_gd,
-        gamma_gd=gamma_gd, memory=memory, beta_counter=beta_counter, beta_floor=beta_floor,
-        sigma_mode=sigma_mode, sigma0=sigma0,
-        curvature=curvature, curvature_tol=curvature_tol, safeguard=safeguard, restart_growth=restart_growth,
-        max_epochs=_max_iter(max_iter, max_epochs), time_budget=time_budget, callback=callback,
-        n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
-        eval_every=eval_every, rng=rng, tol=tol, patience=patience, early_stopping=early_stopping,
-        train_rmse=train_rmse, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-    )  # fmt: skip
+    opts = resolve_options("hamsi", options, keywords)
+    return _run(problem, partition, "hamsi", opts, test=test, init=init, rng=rng, callback=callback)
 
 
 hamsi.__doc__ = (hamsi.__doc__ or "").replace("    {common}\n", _COMMON_DOC.lstrip("\n") + "\n")
@@ -206,30 +164,12 @@ def mbgd(
     problem: MatrixFactorizationProblem,
     partition: Partition | str | None = None,
     *,
-    schedule: Literal["det", "stoc"] = "det",
-    eta: float = 0.001,
-    gamma: float = 0.51,
-    beta_counter: Literal["outer", "inner"] = "outer",
-    beta_floor: float = 0.0,
-    max_iter: int | None = None,
-    time_budget: float | None = None,
-    n_threads: int = 1,
-    backend: Literal["threads", "numba"] = "threads",
-    n_subsets: int = 20,
-    init: tuple[Any, ...] | None = None,
-    init_scale: float | Literal["spectral"] | None = 1.0,
-    test: Ratings | None = None,
-    eval_every: int = 1,
+    options: HamsiOptions | None = None,
     rng: RNGLike,
+    test: Ratings | None = None,
+    init: tuple[Any, ...] | None = None,
     callback: Callback | None = None,
-    max_epochs: int | None = None,
-    tol: float = 0.0,
-    patience: int | None = None,
-    early_stopping: bool = False,
-    train_rmse: Literal["exact", "running"] = "exact",
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    checkpoint_every: int = 1,
-    resume: bool = False,
+    **keywords: Any,
 ) -> HamsiResult:
     """Mini-batch gradient descent over the subsets of a cover (the thesis's mb-GD baseline).
 
@@ -250,15 +190,8 @@ def mbgd(
     -------
     HamsiResult
     """
-    return _run(
-        problem, partition, method="mbgd", schedule=schedule, eta=eta, gamma=gamma, eta_gd=eta,
-        gamma_gd=gamma, memory=1, beta_counter=beta_counter, beta_floor=beta_floor, sigma_mode="thesis", sigma0=500.0,
-        curvature="relative", curvature_tol=None, safeguard=False, restart_growth=2.0,
-        max_epochs=_max_iter(max_iter, max_epochs), time_budget=time_budget, callback=callback,
-        n_threads=n_threads, backend=backend, n_subsets=n_subsets, init=init, init_scale=init_scale, test=test,
-        eval_every=eval_every, rng=rng, tol=tol, patience=patience, early_stopping=early_stopping,
-        train_rmse=train_rmse, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every, resume=resume,
-    )  # fmt: skip
+    opts = resolve_options("mbgd", options, keywords).as_mbgd()
+    return _run(problem, partition, "mbgd", opts, test=test, init=init, rng=rng, callback=callback)
 
 
 mbgd.__doc__ = (mbgd.__doc__ or "").replace("    {common}\n", _COMMON_DOC.lstrip("\n") + "\n")
