@@ -15,6 +15,7 @@ from dpopt.exceptions import InvalidParameterError
 from dpopt.matrix_factorization import MatrixFactorizationProblem, split_ratings
 from dpopt.solvers.hamsi import (
     CompactLBFGS,
+    HamsiOptions,
     HamsiResult,
     _execution,
     hamsi,
@@ -449,3 +450,31 @@ def test_resume_from_checkpoint_equals_an_uninterrupted_run(
         hamsi(p, max_iter=12, checkpoint_dir=tmp_path, resume=True, memory=3, **kw)
     with pytest.raises(InvalidParameterError, match="checkpoint_dir"):
         hamsi(p, max_iter=2, resume=True, **kw)
+
+
+# ----------------------------------------------------------------------------- options object
+def test_options_object_is_checked_once_and_equals_the_keywords() -> None:
+    synth = MatrixFactorizationProblem(make_low_rank_ratings(40, 30, rank=2, density=0.3, rng=0), rank=2)
+    opts = HamsiOptions(max_iter=5, memory=3, eta=0.1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.eta = 1.0  # type: ignore[misc]
+    a = hamsi(synth, options=opts, rng=0)
+    b = hamsi(synth, max_iter=5, memory=3, eta=0.1, rng=0)
+    assert np.array_equal(a.U, b.U) and np.array_equal(a.history_rmse, b.history_rmse)
+    c = hamsi(synth, options=opts, max_iter=2, rng=0)  # keywords override the object's fields
+    assert c.n_epochs == 2 and c.options["memory"] == 3
+    with pytest.raises(InvalidParameterError, match="eta"):
+        HamsiOptions(eta=0.0)
+    with pytest.raises(InvalidParameterError, match="options"):
+        hamsi(synth, options={"eta": 0.1}, rng=0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="memory"):
+        mbgd(synth, memory=3, rng=0)  # mb-GD has no L-BFGS memory
+    with pytest.raises(TypeError, match="stall_window"):
+        hamsi(synth, stall_window=3, rng=0)
+    g = HamsiOptions.for_solver("mbgd", max_iter=3)
+    assert (g.eta, g.beta_counter, g.beta_floor) == (0.001, "outer", 0.0)
+    assert np.array_equal(mbgd(synth, options=g, rng=0).U, mbgd(synth, max_iter=3, rng=0).U)
+    d = HamsiOptions.for_solver("hamsi_distributed", memory=3)
+    assert (d.max_iter, d.checkpoint_every) == (20, 5)
+    r = hamsi_distributed(synth, 2, options=d, max_iter=4, rng=0)
+    assert r.n_epochs == 4 and r.options["memory"] == 3

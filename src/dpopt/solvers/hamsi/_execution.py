@@ -247,7 +247,7 @@ class _SharedRun:
         self.ref_g: Float | None = None
         self.safe_x: Float | None = None  # start of the current outer iteration (checked)
         self.stop = False
-        self.hooks: list[Hook] = []
+        self.hooks: list[Hook[_SharedRun]] = []
         self.orders: Iterator[list[int]] = iter(())
 
     # ------------------------------------------------------------------ the loop's steps

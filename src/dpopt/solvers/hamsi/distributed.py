@@ -6,24 +6,25 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from dpopt._validation import check_int, check_nonneg, check_positive
+from dpopt._validation import check_int
 from dpopt.datasets import Ratings
 from dpopt.exceptions import InvalidParameterError
-from dpopt.iteration import Callback, deprecated_alias, notify
+from dpopt.iteration import Callback
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers import _mf_kernels as _k
-from dpopt.solvers.hamsi.checkpoint import lbfgs_state, load_lbfgs, load_state, save_state, state_path
+from dpopt.solvers.hamsi._distributed_run import DistributedRun, StallRescue, distributed_hooks
+from dpopt.solvers.hamsi.checkpoint import lbfgs_state, load_lbfgs, load_state, state_path
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS, _dot, _matvec, _pair_products
+from dpopt.solvers.hamsi.options import HamsiOptions, resolve_options
 from dpopt.solvers.hamsi.result import HamsiResult
 from dpopt.solvers.hamsi.safeguard import RestartSafeguard
 from dpopt.solvers.hamsi.schedule import subset_schedule
@@ -276,38 +277,12 @@ def hamsi_distributed(
     n_shards: int = 2,
     *,
     engine: Any = "inprocess",
-    schedule: Literal["det", "stoc"] = "det",
-    eta: float = 0.06,
-    gamma: float = 0.51,
-    memory: int = 5,
-    eta_gd: float = 0.001,
-    gamma_gd: float = 0.51,
-    beta_counter: Literal["outer", "inner"] = "inner",
-    beta_floor: float = 1.0,
-    sigma_mode: Literal["thesis", "running_min"] = "thesis",
-    sigma0: float = 500.0,
-    curvature: Literal["relative", "reference", "thesis"] = "relative",
-    curvature_tol: float | None = None,
-    safeguard: bool = True,
-    restart_growth: float = 2.0,
-    max_iter: int | None = None,
-    init: tuple[Any, ...] | None = None,
-    init_scale: float | Literal["spectral"] | None = 1.0,
-    test: Ratings | None = None,
+    options: HamsiOptions | None = None,
     rng: RNGLike,
+    test: Ratings | None = None,
+    init: tuple[Any, ...] | None = None,
     callback: Callback | None = None,
-    tol: float = 0.0,
-    patience: int | None = None,
-    early_stopping: bool = False,
-    checkpoint_every: int = 5,
-    max_recoveries: int = 3,
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    max_epochs: int | None = None,
-    time_budget: float | None = None,
-    stall_rescue: bool = True,
-    stall_window: int = 10,
-    stall_tol: float = 1e-3,
+    **keywords: Any,
 ) -> HamsiResult:
     """HAMSI (L-BFGS, STRATA-B with ``P = n_shards``) on the engines of :mod:`dpopt.distributed.engines`.
 
@@ -325,6 +300,10 @@ def hamsi_distributed(
     problem : MatrixFactorizationProblem
     n_shards : int, default 2
         ``P``: shards (workers) and strata.
+    options : HamsiOptions or None, default None
+        All the options below in one checked object (:class:`HamsiOptions`; start from
+        ``HamsiOptions.for_solver("hamsi_distributed")`` for this function's defaults); keyword
+        arguments given as well override its fields.
     engine : {"inprocess", "processes", "ray"} or Engine, default "inprocess"
         Where the shards run.  By name, an engine with one worker per shard is started and closed
         here; pass an :class:`~dpopt.distributed.engines.Engine` instance to choose its time limits
@@ -400,6 +379,8 @@ def hamsi_distributed(
     ------
     InvalidParameterError
         For invalid options, a mismatched ``test`` split or a state file of another run.
+    TypeError
+        For a keyword argument that is not one of the options above.
     EngineError
         When a worker failure cannot be recovered (see ``max_recoveries``).
 
@@ -413,8 +394,77 @@ def hamsi_distributed(
     >>> res.scheme, res.n_epochs, bool(res.rmse < res.history_rmse[0])
     ('strata-b/inprocess', 30, True)
     """
-    from dpopt.distributed.engines import EngineError, make_shard_engine
+    from dpopt.distributed.engines import make_shard_engine
     from dpopt.distributed.partition import strata_b
+
+    opts = resolve_options("hamsi_distributed", options, keywords)
+    _check_inputs(problem, opts, test)
+    P = check_int(n_shards, "n_shards")
+    ckpt = state_path(opts.checkpoint_dir) if opts.checkpoint_dir is not None else None
+    t_setup = time.perf_counter()
+    r_init, r_sched, _, r_rescue = (
+        as_generator(c) for c in spawn(rng, ["init", "schedule", "partition", "rescue"])
+    )
+    rescue_seed = int(r_rescue.integers(2**63 - 1))  # a replayed rescue draws the same start
+    fingerprint = _fingerprint(problem, P, opts, ckpt is not None)
+    saved, saved_shards = None, P
+    if opts.resume and ckpt is not None:
+        # another shard count is allowed: the run continues from the saved factors (see resume)
+        saved = load_state(ckpt, {k: v for k, v in fingerprint.items() if k != "n_shards"})
+        if saved is not None:
+            saved_shards = int(str(saved["fp_n_shards"]))
+    part = strata_b(problem.ratings, P)
+    assert part.row_cuts is not None and part.col_cuts is not None
+    from dpopt.solvers.hamsi._execution import _initial_point
+
+    U0, V0 = (a.copy() for a in problem.unpack(_initial_point(problem, init, opts.init_scale, r_init)))
+    if saved is not None and saved_shards != P:
+        _factors_of(saved, strata_b(problem.ratings, saved_shards), problem.width, U0, V0)
+    specs, first_round = _shard_specs(problem, part, opts, U0, V0, r_sched)
+    eng, own = make_shard_engine(engine, P)
+    held_out = problem.evaluator(test) if test is not None else None
+    run = DistributedRun(problem, opts, eng, (part.row_cuts, part.col_cuts), U0, V0, held_out)
+    run.hooks = distributed_hooks(opts, U0, V0, rescue_seed, (ckpt, fingerprint), callback)
+    try:
+        _k.warmup()
+        shard_states = run.start(_make_hamsi_shard, specs, saved, saved_shards)
+        setup_time = time.perf_counter() - t_setup
+        run.memory_ckpt = (run.done, shard_states, run.driver_state(run.done))
+        run.loop(first_round)
+    finally:
+        if own:
+            eng.close()
+    U_out, V_out, row_bias, col_bias = problem.split(run.U, run.V)
+    message = run.message
+    if run.recoveries or run.notes:
+        message = (message + "; " if message else "") + "; ".join(run.notes + run.recoveries)
+    n_rescues = next(h.rescues for h in run.hooks if isinstance(h, StallRescue))
+    return HamsiResult(
+        U=U_out, V=V_out, method="hamsi", scheme=f"strata-b/{eng.name}", schedule=opts.schedule,
+        status=run.status, n_epochs=run.done, n_steps=int(run.diag["steps"]),
+        history_time=np.asarray(run.hist_t), history_epoch=np.asarray(run.hist_e, dtype=np.int64),
+        history_rmse=np.asarray(run.hist_r), history_test_rmse=np.asarray(run.hist_te) if test is not None else None,
+        timings=MappingProxyType(run.timings), n_pairs_accepted=int(run.diag["pairs"][0]),
+        n_pairs_rejected=int(run.diag["pairs"][1]), n_restarts=int(run.diag["restarts"]), n_threads=P,
+        partition_balance=MappingProxyType(part.balance()),
+        options=MappingProxyType(dict(_algorithm(opts), n_subsets=P, engine=eng.name, n_rescues=n_rescues)),
+        message=message or f"hamsi_distributed: {run.done} epochs ({run.status})", row_bias=row_bias,
+        col_bias=col_bias, offset=float(problem.offset or 0.0), setup_time=setup_time, eval_time=run.eval_time,
+        n_recoveries=len(run.recoveries),
+    )  # fmt: skip
+
+
+def _algorithm(opts: HamsiOptions) -> dict[str, Any]:
+    """The algorithm constants every shard needs (and the result reports)."""
+    return {
+        "eta": opts.eta, "gamma": opts.gamma, "eta_gd": opts.eta_gd, "gamma_gd": opts.gamma_gd,
+        "memory": opts.memory, "beta_counter": opts.beta_counter, "beta_floor": opts.beta_floor,
+        "sigma_mode": opts.sigma_mode, "sigma0": opts.sigma0, "curvature": opts.curvature,
+        "curvature_tol": opts.curvature_tol, "safeguard": opts.safeguard, "restart_growth": opts.restart_growth,
+    }  # fmt: skip
+
+
+def _check_inputs(problem: MatrixFactorizationProblem, opts: HamsiOptions, test: Ratings | None) -> None:
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
     if not isinstance(problem, MatrixFactorizationProblem):
@@ -422,78 +472,42 @@ def hamsi_distributed(
             "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
         )
     problem._require_uniform('hamsi_distributed (use solver="als")')
-    P = check_int(n_shards, "n_shards")
-    if schedule not in ("det", "stoc"):
-        raise InvalidParameterError("schedule: must be 'det' (cyclic shift) or 'stoc' (shuffling)")
-    if beta_counter not in ("outer", "inner"):
-        raise InvalidParameterError("beta_counter: must be 'outer' or 'inner'")
-    limit = deprecated_alias(
-        {"max_epochs": max_epochs} if max_epochs is not None else {},
-        "max_epochs",
-        "max_iter",
-        max_iter,
-        where="hamsi_distributed",
-    )
-    max_epochs = check_int(20 if limit is None else limit, "max_iter", minimum=0)
-    options = {
-        "eta": check_positive(eta, "eta"), "gamma": check_positive(gamma, "gamma"),
-        "eta_gd": check_positive(eta_gd, "eta_gd"), "gamma_gd": check_positive(gamma_gd, "gamma_gd"),
-        "memory": check_int(memory, "memory"), "beta_counter": beta_counter,
-        "beta_floor": check_nonneg(beta_floor, "beta_floor"), "sigma_mode": sigma_mode, "sigma0": sigma0,
-        "curvature": curvature, "curvature_tol": curvature_tol, "safeguard": bool(safeguard),
-        "restart_growth": check_positive(restart_growth, "restart_growth"),
-    }  # fmt: skip
-    checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
-    tol = check_nonneg(tol, "tol")
-    if patience is not None:
-        patience = check_int(patience, "patience")
-    if early_stopping and test is None:
+    if opts.early_stopping and test is None:
         raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
-    max_recoveries = check_int(max_recoveries, "max_recoveries", minimum=0)
-    budget = None if time_budget is None else check_positive(time_budget, "time_budget")
-    stall_window = check_int(stall_window, "stall_window")
-    stall_tol = check_nonneg(stall_tol, "stall_tol")
-    if resume and checkpoint_dir is None:
-        raise InvalidParameterError("resume: needs checkpoint_dir= (where the state file is kept)")
-    ckpt = state_path(checkpoint_dir) if checkpoint_dir is not None else None
     if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
         raise InvalidParameterError(
             f"test: expected a Ratings of shape {problem.shape} (same users and items)"
         )
-    t_setup = time.perf_counter()
-    r_init, r_sched, _, r_rescue = (
-        as_generator(c) for c in spawn(rng, ["init", "schedule", "partition", "rescue"])
-    )
-    rescue_seed = int(r_rescue.integers(2**63 - 1))  # a replayed rescue draws the same start
-    n = problem.n_ratings
-    mu = float(problem.offset or 0.0)
-    fingerprint = {
-        "method": "hamsi_distributed", "shape": problem.shape, "n_ratings": n, "rank": problem.rank,
-        "bias": problem.bias, "l2": problem.l2, "n_shards": P, "schedule": schedule,
-        "early_stopping": early_stopping, "offset": mu, "stall_rescue": bool(stall_rescue),
-        "stall_window": stall_window, "stall_tol": stall_tol, **options,
-    }  # fmt: skip
-    if ckpt is not None:
-        fingerprint["data"] = _data_digest(problem)
-    saved, saved_shards = None, P
-    if resume and ckpt is not None:
-        # another shard count is allowed: the run continues from the saved factors (see resume)
-        saved = load_state(ckpt, {k: v for k, v in fingerprint.items() if k != "n_shards"})
-        if saved is not None:
-            saved_shards = int(str(saved["fp_n_shards"]))
-    part = strata_b(problem.ratings, P)
-    assert part.row_cuts is not None and part.col_cuts is not None
-    rc, cc = part.row_cuts, part.col_cuts
-    from dpopt.solvers.hamsi._execution import _initial_point
 
-    U0, V0 = (a.copy() for a in problem.unpack(_initial_point(problem, init, init_scale, r_init)))
-    if saved is not None and saved_shards != P:
-        _factors_of(saved, strata_b(problem.ratings, saved_shards), problem.width, U0, V0)
-    rt = problem.ratings
-    orders = subset_schedule(P, schedule, repeat_first=P > 1, rng=r_sched)
+
+def _fingerprint(
+    problem: MatrixFactorizationProblem, P: int, opts: HamsiOptions, durable: bool
+) -> dict[str, Any]:
+    """What a resumed run must share with the saved one (with the data's digest when durable)."""
+    fingerprint = {
+        "method": "hamsi_distributed", "shape": problem.shape, "n_ratings": problem.n_ratings,
+        "rank": problem.rank, "bias": problem.bias, "l2": problem.l2, "n_shards": P, "schedule": opts.schedule,
+        "early_stopping": opts.early_stopping, "offset": float(problem.offset or 0.0),
+        "stall_rescue": opts.stall_rescue, "stall_window": opts.stall_window, "stall_tol": opts.stall_tol,
+        **_algorithm(opts),
+    }  # fmt: skip
+    if durable:
+        fingerprint["data"] = _data_digest(problem)
+    return fingerprint
+
+
+def _shard_specs(
+    problem: MatrixFactorizationProblem, part: Any, opts: HamsiOptions, U0: Float, V0: Float, rng: Any
+) -> tuple[list[_ShardSpec], list[int]]:
+    """The shard specs of a run (blocks in local ids, the whole step schedule) and the first engine
+    round of every outer iteration (and the end)."""
+    P, rt, n = part.n_subsets, problem.ratings, problem.n_ratings
+    mu = float(problem.offset or 0.0)
+    rc, cc = part.row_cuts, part.col_cuts
+    orders = subset_schedule(P, opts.schedule, repeat_first=P > 1, rng=rng)
     steps: list[tuple[int, int, int, bool, bool]] = []
-    first_round = [0]  # first engine round of every outer iteration (and the end)
-    for epoch in range(max_epochs):
+    first_round = [0]
+    for epoch in range(opts.max_iter):
         order = next(orders)
         for ell, k in enumerate(order):
             first = P == 1 or ell == 0
@@ -514,303 +528,13 @@ def hamsi_distributed(
             blocks.append((b_rows, b_cols, b_vals))
         specs.append(
             _ShardSpec(
-                r=r,
-                n_shards=P,
-                rank=problem.width,
-                U0=np.ascontiguousarray(U0[rc[r] : rc[r + 1]]),
-                V0=np.ascontiguousarray(V0[cc[r] : cc[r + 1]]),
-                blocks=tuple(blocks),
-                reg=reg,
-                weight=problem.weight,
-                steps=tuple(steps),
-                options=dict(options),
-                share=share,
-                reg_U=problem._reg_U if problem.bias else None,
-                reg_V=problem._reg_V if problem.bias else None,
+                r=r, n_shards=P, rank=problem.width, U0=np.ascontiguousarray(U0[rc[r] : rc[r + 1]]),
+                V0=np.ascontiguousarray(V0[cc[r] : cc[r + 1]]), blocks=tuple(blocks), reg=reg,
+                weight=problem.weight, steps=tuple(steps), options=_algorithm(opts), share=share,
+                reg_U=problem._reg_U if problem.bias else None, reg_V=problem._reg_V if problem.bias else None,
             )
-        )
-    eng, own = make_shard_engine(engine, P)
-    timings = {"gradient": 0.0, "update": 0.0, "hessian": 0.0}
-    phase_name = ("gradient", "hessian", "update")
-    hist_t: list[float] = []
-    hist_e: list[int] = []
-    hist_r: list[float] = []
-    hist_te: list[float] = []
-    elapsed = 0.0
-    eval_time = 0.0
-    U = U0.copy()
-    V = V0.copy()
-    best = [math.inf]  # best evaluated training RMSE and its factors
-    best_U, best_V = U0.copy(), V0.copy()
-    held_out = problem.evaluator(test) if test is not None else None
-    width = problem.width
-    shard_diag: list[dict[str, Any]] = [
-        {"failed": False, "restarts": 0, "steps": 0, "pairs": (0, 0), "qn": 0}
-    ]
-    # convergence / early stopping: the monitored value's best, evaluations since it improved by
-    # tol, restarts and quasi-Newton steps at the previous evaluation; the best-validation factors
-    mon = {"best": math.inf, "since": 0, "restarts": 0, "qn": 0}
-    # stall detection: evaluations since the last restart / rescue, rescues done, whether the
-    # spectral start was computed (once per run)
-    stall = {"clean": 0, "rescues": 0, "spectral_rmse": math.nan}
-    mon_U, mon_V = (U0.copy(), V0.copy()) if early_stopping else (None, None)
-
-    def fill() -> None:
-        for r, xr in enumerate(eng.call("x")):
-            nU = (rc[r + 1] - rc[r]) * width
-            U[rc[r] : rc[r + 1]] = xr[:nU].reshape(-1, width)
-            V[cc[r] : cc[r + 1]] = xr[nU:].reshape(-1, width)
-
-    def gather(epoch: int) -> None:
-        nonlocal eval_time
-        fill()
-        t_ev = time.perf_counter()
-        hist_t.append(elapsed)
-        hist_e.append(epoch)
-        hist_r.append(problem.rmse(U, V))
-        if held_out is not None:
-            hist_te.append(held_out(U, V))
-        if hist_r[-1] < best[0]:
-            best[0] = hist_r[-1]
-            best_U[:], best_V[:] = U, V
-        d = shard_diag[0]
-        value = (
-            hist_te[-1]
-            if early_stopping
-            else 0.5 * problem.weight * hist_r[-1] ** 2 * n + problem.ridge(U, V)
-        )
-        if (
-            value < mon["best"] * (1.0 - tol)
-            or not math.isfinite(mon["best"])
-            or d["restarts"] != mon["restarts"]
-            or d["qn"] == mon["qn"]
-        ):
-            mon["since"] = 0  # progress, a restart, or no quasi-Newton step yet (warm-up)
-        else:
-            mon["since"] += 1
-        stall["clean"] = 0 if d["restarts"] != mon["restarts"] else stall["clean"] + 1
-        mon["restarts"], mon["qn"] = d["restarts"], d["qn"]
-        if value < mon["best"]:
-            mon["best"] = value
-            if mon_U is not None and mon_V is not None:
-                mon_U[:], mon_V[:] = U, V
-        eval_time += time.perf_counter() - t_ev
-
-    def driver_state(epoch: int) -> dict[str, Any]:
-        return {
-            "epoch": epoch, "elapsed": elapsed, "eval_time": eval_time, "best_rmse": best[0],
-            "best_U": best_U.copy(), "best_V": best_V.copy(),
-            "hist_t": np.asarray(hist_t, dtype=np.float64), "hist_e": np.asarray(hist_e, dtype=np.int64),
-            "hist_r": np.asarray(hist_r, dtype=np.float64), "hist_te": np.asarray(hist_te, dtype=np.float64),
-            **{"timing_" + k: v for k, v in timings.items()}, **{"mon_" + k: v for k, v in mon.items()},
-            **{"stall_" + k: v for k, v in stall.items()},
-            **({"mon_U": mon_U.copy(), "mon_V": mon_V.copy()} if mon_U is not None and mon_V is not None else {}),
-        }  # fmt: skip
-
-    def load_driver(state: dict[str, Any]) -> int:
-        nonlocal elapsed, eval_time
-        elapsed, eval_time = float(state["elapsed"]), float(state["eval_time"])
-        best[0] = float(state["best_rmse"])
-        best_U[:], best_V[:] = state["best_U"], state["best_V"]
-        hist_t[:], hist_e[:] = [float(v) for v in state["hist_t"]], [int(v) for v in state["hist_e"]]
-        hist_r[:], hist_te[:] = [float(v) for v in state["hist_r"]], [float(v) for v in state["hist_te"]]
-        for key in timings:
-            timings[key] = float(state["timing_" + key])
-        mon["best"] = float(state["mon_best"])
-        for key in ("since", "restarts", "qn"):
-            mon[key] = int(state["mon_" + key])
-        stall["clean"], stall["rescues"] = int(state["stall_clean"]), int(state["stall_rescues"])
-        stall["spectral_rmse"] = float(state["stall_spectral_rmse"])
-        if mon_U is not None and mon_V is not None:
-            mon_U[:], mon_V[:] = state["mon_U"], state["mon_V"]
-        return int(state["epoch"])
-
-    def save_durable(epoch: int, states: Sequence[dict[str, Any]]) -> None:
-        assert ckpt is not None
-        state = driver_state(epoch)
-        for r, st in enumerate(states):
-            state.update({f"shard{r}_{key}": value for key, value in st.items()})
-        state.update({"fp_" + k: str(v) for k, v in fingerprint.items()})
-        save_state(ckpt, state)
-
-    status, message = "max_iter", ""
-    recoveries: list[str] = []
-    rescued: list[str] = []
-    resharded: list[str] = []
-
-    def stalled() -> bool:
-        """Less than ``stall_tol`` relative progress per outer iteration over ``stall_window`` of
-        them, none with a restart (an increase is the safeguard's business, not a stall)."""
-        if not stall_rescue or stall["rescues"] or stall["clean"] < stall_window:
-            return False
-        if len(hist_r) <= stall_window or not math.isfinite(hist_r[-1]):
-            return False
-        ref = hist_r[-1 - stall_window]
-        return ref * (1.0 - stall_tol * stall_window) < hist_r[-1] <= ref
-
-    def spectral() -> tuple[Float, Float]:
-        return problem.init_factors(rng=np.random.default_rng(rescue_seed), scale="spectral")
-
-    def rescue(epoch: int) -> None:
-        """Restart every shard from the spectral start if it fits better than the stalled iterate
-        (the start's RMSE is computed once per run; the start itself again when it is used)."""
-        if math.isnan(stall["spectral_rmse"]):
-            stall["spectral_rmse"] = problem.rmse(*spectral())
-        at, fresh = hist_r[-1], stall["spectral_rmse"]
-        if not fresh < at:
-            return
-        Us, Vs = spectral()
-        eng.call("rescue", Us, Vs, [int(c) for c in rc], [int(c) for c in cc], epoch)
-        stall["rescues"] += 1
-        gather(epoch)  # the new point is evaluated and recorded
-        stall["clean"] = 0
-        note = (
-            f"stalled at training RMSE {at:.4g} (less than tol={stall_tol:g} relative progress per "
-            f"outer iteration over {stall_window}); restarted after outer iteration {epoch} from "
-            f"the spectral start (RMSE {fresh:.4g})"
-        )
-        if note not in rescued:  # a recovery may replay the rescue
-            rescued.append(note)
-
-    done = 0
-    try:
-        _k.warmup()
-        if saved is not None and saved_shards != P:
-            # resumed with another shard count: the saved factors (already in the specs), fresh
-            # shard programs (L-BFGS memory, safeguard, step schedules), the driver's history
-            done = load_driver(saved)
-            eng.start(_make_hamsi_shard, specs, [list(range(P))] * P)
-            eng.call("rescue", U0, V0, [int(c) for c in rc], [int(c) for c in cc], done)
-            fill()
-            shard_states = eng.call("snapshot")
-            resharded.append(
-                f"resumed from a checkpoint of {saved_shards} shards with n_shards={P}: continued "
-                f"from its factors after outer iteration {done} with fresh quasi-Newton memory and "
-                "step schedules (not the result of an uninterrupted run)"
-            )
-        elif saved is not None:
-            shard_states = [
-                {
-                    key[len(f"shard{r}_") :]: value
-                    for key, value in saved.items()
-                    if key.startswith(f"shard{r}_")
-                }
-                for r in range(P)
-            ]
-            done = load_driver(saved)
-            eng.start(_make_hamsi_shard, specs, [list(range(P))] * P, states=shard_states)
-            fill()
-            shard_diag[0] = {
-                "failed": bool(shard_states[0]["failed"]), "restarts": int(shard_states[0]["n_restarts"]),
-                "steps": int(shard_states[0]["n_steps"]), "qn": int(shard_states[0]["n_qn"]),
-                "pairs": (int(shard_states[0]["lbfgs_acc"]), int(shard_states[0]["lbfgs_rej"])),
-            }  # fmt: skip
-        else:
-            eng.start(_make_hamsi_shard, specs, [list(range(P))] * P)
-            gather(0)
-            shard_states = eng.call("snapshot")
-        setup_time = time.perf_counter() - t_setup
-        memory_ckpt = (done, shard_states, driver_state(done))
-        epoch = done
-        while epoch < max_epochs:
-            try:
-                for t in range(first_round[epoch], first_round[epoch + 1]):
-                    t0 = time.perf_counter()
-                    diags = eng.step(t)
-                    dt = time.perf_counter() - t0
-                    timings[phase_name[t % 3]] += dt
-                    elapsed += dt
-                    if t % 3 == 2:
-                        shard_diag[0] = diags[0]
-                epoch += 1
-                gather(epoch)
-                failed = bool(shard_diag[0]["failed"]) or not math.isfinite(hist_r[-1])
-                if not failed and epoch < max_epochs and stalled():
-                    rescue(epoch)
-                if not failed and epoch < max_epochs and epoch % checkpoint_every == 0:
-                    states = eng.call("snapshot")
-                    memory_ckpt = (epoch, states, driver_state(epoch))
-                    if ckpt is not None:
-                        save_durable(epoch, states)
-            except EngineError as err:
-                if not err.crashed or len(recoveries) >= max_recoveries:
-                    raise
-                first_line = str(err).splitlines()[0]
-                recoveries.append(
-                    f"{first_line}; recovered from the checkpoint of outer iteration {memory_ckpt[0]}"
-                )
-                eng.restart(memory_ckpt[1])
-                epoch = load_driver(memory_ckpt[2])
-                continue
-            done = epoch
-            if failed:
-                status, message = "failed", _DIVERGED
-                U[:], V[:] = best_U, best_V
-                hist_t.append(elapsed)
-                hist_e.append(epoch)
-                hist_r.append(best[0])
-                if held_out is not None:
-                    hist_te.append(held_out(U, V))
-                break
-            if budget is not None and elapsed >= budget:
-                status = "max_time"
-                message = f"hamsi_distributed: time budget of {budget:g} s reached after {epoch} epochs"
-                break
-            if patience is not None and mon["since"] >= patience:
-                status = "converged"
-                what = "validation RMSE" if early_stopping else "training objective"
-                message = (
-                    f"hamsi_distributed: converged after {epoch} epochs ({what} improved by less than "
-                    f"tol={tol:g} (relative) in {patience} evaluations)"
-                )
-                break
-            if notify(callback, epoch, rmse=hist_r[-1], elapsed=elapsed):
-                status = "stopped"
-                break
-        if mon_U is not None and mon_V is not None and status != "failed" and hist_te[-1] > mon["best"]:
-            U[:], V[:] = mon_U, mon_V  # early stopping hands back the best-validation factors
-            hist_t.append(elapsed)
-            hist_e.append(done)
-            hist_r.append(problem.rmse(U, V))
-            hist_te.append(mon["best"])
-        pairs = shard_diag[0]["pairs"]
-    finally:
-        if own:
-            eng.close()
-    U_out, V_out, row_bias, col_bias = problem.split(U, V)
-    if recoveries or rescued or resharded:
-        message = (message + "; " if message else "") + "; ".join(resharded + rescued + recoveries)
-    return HamsiResult(
-        U=U_out,
-        V=V_out,
-        method="hamsi",
-        scheme=f"strata-b/{eng.name}",
-        schedule=schedule,
-        status=status,
-        n_epochs=done,
-        n_steps=int(shard_diag[0]["steps"]),
-        history_time=np.asarray(hist_t),
-        history_epoch=np.asarray(hist_e, dtype=np.int64),
-        history_rmse=np.asarray(hist_r),
-        history_test_rmse=np.asarray(hist_te) if test is not None else None,
-        timings=MappingProxyType(timings),
-        n_pairs_accepted=int(pairs[0]),
-        n_pairs_rejected=int(pairs[1]),
-        n_restarts=int(shard_diag[0]["restarts"]),
-        n_threads=P,
-        partition_balance=MappingProxyType(part.balance()),
-        options=MappingProxyType(dict(options, n_subsets=P, engine=eng.name, n_rescues=stall["rescues"])),
-        message=message or f"hamsi_distributed: {done} epochs ({status})",
-        row_bias=row_bias,
-        col_bias=col_bias,
-        offset=mu,
-        setup_time=setup_time,
-        eval_time=eval_time,
-        n_recoveries=len(recoveries),
-    )
-
-
-_DIVERGED = "diverged (non-finite values); the factors are the best evaluated iterate"
+        )  # fmt: skip
+    return specs, first_round
 
 
 def _factors_of(saved: dict[str, Any], part: Any, width: int, U: Float, V: Float) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from dpopt.iteration import Callback, notify
 from dpopt.solvers.hamsi.checkpoint import load_state, save_state
@@ -20,25 +20,30 @@ if TYPE_CHECKING:
     from dpopt.solvers.hamsi._execution import _SharedRun
 
 
-class Hook:
-    """A no-op at every point of the loop; subclasses override the points they need."""
+RunT = TypeVar("RunT")
 
-    def on_start(self, run: _SharedRun) -> None:
+
+class Hook(Generic[RunT]):
+    """A no-op at every point of the loop; subclasses override the points they need (``RunT``: the
+    run type, ``_SharedRun`` here, the distributed driver's run in
+    :mod:`dpopt.solvers.hamsi._distributed_run`)."""
+
+    def on_start(self, run: RunT) -> None:
         """After the start is evaluated and the schedule made, before the first outer iteration."""
 
-    def on_evaluate(self, run: _SharedRun) -> None:
+    def on_evaluate(self, run: RunT) -> None:
         """After every evaluation is recorded."""
 
-    def on_step_end(self, run: _SharedRun) -> None:
+    def on_step_end(self, run: RunT) -> None:
         """After every inner step (also a safeguard restart's)."""
 
-    def on_evaluated(self, run: _SharedRun) -> None:
+    def on_evaluated(self, run: RunT) -> None:
         """After the end-of-epoch evaluation (not every epoch with ``eval_every > 1``)."""
 
-    def on_epoch_end(self, run: _SharedRun) -> None:
+    def on_epoch_end(self, run: RunT) -> None:
         """After every outer iteration."""
 
-    def on_run_end(self, run: _SharedRun) -> None:
+    def on_run_end(self, run: RunT) -> None:
         """After the last outer iteration."""
 
     def state(self) -> dict[str, Any]:
@@ -49,7 +54,16 @@ class Hook:
         """Continue from :meth:`state` (read back from a checkpoint)."""
 
 
-class TimeBudget(Hook):
+def converged_message(solver: str, epoch: int, early_stopping: bool, tol: float, patience: int) -> str:
+    """The message of a run stopped by ``tol``/``patience``."""
+    what = "validation RMSE" if early_stopping else "training objective"
+    return (
+        f"{solver}: converged after {epoch} epochs ({what} improved by less than "
+        f"tol={tol:g} (relative) in {patience} evaluations)"
+    )
+
+
+class TimeBudget(Hook["_SharedRun"]):
     """Stop (status ``"max_time"``) after the inner step that exhausts ``budget`` seconds."""
 
     def __init__(self, budget: float) -> None:
@@ -61,7 +75,7 @@ class TimeBudget(Hook):
             run.stop = True
 
 
-class Convergence(Hook):
+class Convergence(Hook["_SharedRun"]):
     """``tol``/``patience`` and early stopping: the monitored value (validation RMSE with early
     stopping, the training objective otherwise), its best value, the iterate there and the
     evaluations since it improved; stop after ``patience`` of them, hand back the best-validation
@@ -103,10 +117,8 @@ class Convergence(Hook):
     def on_evaluated(self, run: _SharedRun) -> None:
         if not run.stop and self.patience is not None and self.since >= self.patience:
             run.status, run.stop = "converged", True
-            what = "validation RMSE" if self.early_stopping else "training objective"
-            run.message = (
-                f"{run.method}: converged after {run.epoch} epochs ({what} improved by less than "
-                f"tol={self.tol:g} (relative) in {self.patience} evaluations)"
+            run.message = converged_message(
+                run.method, run.epoch, self.early_stopping, self.tol, self.patience
             )
 
     def on_run_end(self, run: _SharedRun) -> None:
@@ -130,7 +142,7 @@ class Convergence(Hook):
         self.since, self.restarts_seen = int(saved["since"]), int(saved["restarts_seen"])
 
 
-class Checkpoint(Hook):
+class Checkpoint(Hook["_SharedRun"]):
     """Durable run state: resume from ``path`` at the start (with ``resume``), write the run's and
     the hooks' state there every ``every`` outer iterations (not after the stopping one)."""
 
@@ -161,7 +173,7 @@ class Checkpoint(Hook):
             save_state(self.path, state)
 
 
-class CallbackHook(Hook):
+class CallbackHook(Hook["_SharedRun"]):
     """The user's ``callback(info)`` after every outer iteration; ``True`` (or ``StopIteration``)
     stops the run (status ``"stopped"``, the stopping point evaluated)."""
 
@@ -175,9 +187,11 @@ class CallbackHook(Hook):
                 run.evaluate(run.epoch)
 
 
-def shared_memory_hooks(run: _SharedRun, checkpoint: Path | None, callback: Callback | None) -> list[Hook]:
+def shared_memory_hooks(
+    run: _SharedRun, checkpoint: Path | None, callback: Callback | None
+) -> list[Hook[_SharedRun]]:
     """The hooks of a shared-memory run, in the order they are called at every point."""
-    hooks: list[Hook] = [Convergence(run)]
+    hooks: list[Hook[_SharedRun]] = [Convergence(run)]
     if run.opts.time_budget is not None:
         hooks.append(TimeBudget(run.opts.time_budget))
     if checkpoint is not None:
