@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpopt.iteration import Callback, notify
-from dpopt.solvers.hamsi.checkpoint import save_state
+from dpopt.solvers.hamsi.checkpoint import RunRecord, save_state
 from dpopt.solvers.hamsi.hooks import Hook, converged_message
 from dpopt.solvers.hamsi.options import HamsiOptions
 
@@ -27,21 +27,16 @@ _PHASES = ("gradient", "hessian", "update")
 DIVERGED = "diverged (non-finite values); the factors are the best evaluated iterate"
 
 
-class DistributedRun:
+class DistributedRun(RunRecord):
     """The driver's working set: gathered factors, history, engine, diagnostics of shard 0."""
 
     def __init__(
         self, problem: MatrixFactorizationProblem, opts: HamsiOptions, eng: Any, cuts: tuple[Any, Any],
         U0: Float, V0: Float, held_out: Callable[[Float, Float], float] | None,
     ) -> None:  # fmt: skip
+        super().__init__()
         self.problem, self.opts, self.eng, self.held_out = problem, opts, eng, held_out
         self.rc, self.cc = cuts
-        self.timings = {"gradient": 0.0, "update": 0.0, "hessian": 0.0}
-        self.hist_t: list[float] = []
-        self.hist_e: list[int] = []
-        self.hist_r: list[float] = []
-        self.hist_te: list[float] = []
-        self.elapsed = self.eval_time = 0.0
         self.U, self.V = U0.copy(), V0.copy()
         self.best = math.inf  # best evaluated training RMSE and its factors
         self.best_U, self.best_V = U0.copy(), V0.copy()
@@ -81,12 +76,8 @@ class DistributedRun:
     def driver_state(self, epoch: int) -> dict[str, Any]:
         """The driver's state after outer iteration ``epoch`` (copies; the hooks add theirs)."""
         state: dict[str, Any] = {
-            "epoch": epoch, "elapsed": self.elapsed, "eval_time": self.eval_time, "best_rmse": self.best,
-            "best_U": self.best_U.copy(), "best_V": self.best_V.copy(),
-            "hist_t": np.asarray(self.hist_t, dtype=np.float64), "hist_e": np.asarray(self.hist_e, dtype=np.int64),
-            "hist_r": np.asarray(self.hist_r, dtype=np.float64),
-            "hist_te": np.asarray(self.hist_te, dtype=np.float64),
-            **{"timing_" + k: v for k, v in self.timings.items()},
+            "epoch": epoch, "best_rmse": self.best,
+            "best_U": self.best_U.copy(), "best_V": self.best_V.copy(), **self.record_state(),
         }  # fmt: skip
         for hook in self.hooks:
             state.update(hook.state())
@@ -94,17 +85,9 @@ class DistributedRun:
 
     def load_driver(self, state: dict[str, Any]) -> int:
         """Continue from :meth:`driver_state`; returns its outer iteration."""
-        self.elapsed, self.eval_time = float(state["elapsed"]), float(state["eval_time"])
         self.best = float(state["best_rmse"])
         self.best_U[:], self.best_V[:] = state["best_U"], state["best_V"]
-        self.hist_t[:], self.hist_e[:] = (
-            [float(v) for v in state["hist_t"]],
-            [int(v) for v in state["hist_e"]],
-        )
-        self.hist_r[:] = [float(v) for v in state["hist_r"]]
-        self.hist_te[:] = [float(v) for v in state["hist_te"]]
-        for key in self.timings:
-            self.timings[key] = float(state["timing_" + key])
+        self.load_record(state)
         for hook in self.hooks:
             hook.load(state)
         return int(state["epoch"])

@@ -22,7 +22,7 @@ from dpopt.exceptions import InvalidParameterError
 from dpopt.iteration import Callback
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers import _mf_kernels as _k
-from dpopt.solvers.hamsi.checkpoint import lbfgs_state, load_lbfgs, state_path
+from dpopt.solvers.hamsi.checkpoint import RunRecord, lbfgs_state, load_lbfgs, state_path
 from dpopt.solvers.hamsi.hooks import Hook, shared_memory_hooks
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS
 from dpopt.solvers.hamsi.options import HamsiOptions
@@ -198,7 +198,7 @@ def _initial_point(
     return x
 
 
-class _SharedRun:
+class _SharedRun(RunRecord):
     """The working set of one shared-memory run (point, L-BFGS memory, safeguard, history,
     counters); the steps of the loop are its methods, the features around it are its ``hooks``."""
 
@@ -212,6 +212,7 @@ class _SharedRun:
         subsets: list[_Subset],
         blocks: _k.BlockRunner,
     ) -> None:
+        super().__init__()
         self.problem, self.method, self.opts, self.part = problem, method, opts, part
         self.subsets, self.blocks = subsets, blocks
         self.x = x
@@ -230,12 +231,6 @@ class _SharedRun:
             part.n_subsets, enabled=opts.safeguard and self.lbfgs is not None, growth=opts.restart_growth
         )
         self.gd_floor = opts.beta_floor if method == "mbgd" else 0.0  # HAMSI's warm-up: raw mb-GD schedule
-        self.timings = {"gradient": 0.0, "update": 0.0, "hessian": 0.0}
-        self.hist_t: list[float] = []
-        self.hist_e: list[int] = []
-        self.hist_r: list[float] = []
-        self.hist_te: list[float] = []
-        self.elapsed = self.eval_time = 0.0
         self.held_out: Callable[[Float, Float], float] | None = None
         self.best_rmse = math.inf  # best evaluated training RMSE and its iterate
         self.best_x = x.copy()
@@ -373,15 +368,10 @@ class _SharedRun:
     def state(self) -> dict[str, Any]:
         """The run's state for a checkpoint (the hooks add theirs)."""
         state: dict[str, Any] = {
-            "x": self.x, "epoch": self.epoch, "steps": self.steps, "elapsed": self.elapsed,
-            "eval_time": self.eval_time, **self.guard.state(), "ref_x": self.ref_x, "ref_g": self.ref_g,
-            "safe_x": self.safe_x, "best_x": self.best_x, "best_rmse": self.best_rmse, "qn_seen": self.qn_seen,
-            "running_sum": self.running[0], "running_n": self.running[1],
-            "hist_t": np.asarray(self.hist_t, dtype=np.float64), "hist_e": np.asarray(self.hist_e, dtype=np.int64),
-            "hist_r": np.asarray(self.hist_r, dtype=np.float64),
-            "hist_te": np.asarray(self.hist_te, dtype=np.float64),
+            "x": self.x, "epoch": self.epoch, "steps": self.steps, **self.guard.state(), "ref_x": self.ref_x,
+            "ref_g": self.ref_g, "safe_x": self.safe_x, "best_x": self.best_x, "best_rmse": self.best_rmse, "qn_seen": self.qn_seen,
+            "running_sum": self.running[0], "running_n": self.running[1], **self.record_state(),
         }  # fmt: skip
-        state.update({"timing_" + k: v for k, v in self.timings.items()})
         if self.lbfgs is not None:
             state.update(lbfgs_state(self.lbfgs))
         return state
@@ -390,7 +380,6 @@ class _SharedRun:
         """Continue the saved run: same point, memory, schedule position, safeguard and history."""
         self.x[:] = saved["x"]
         self.epoch, self.steps = int(saved["epoch"]), int(saved["steps"])
-        self.elapsed, self.eval_time = float(saved["elapsed"]), float(saved["eval_time"])
         self.guard.load(saved)
         self.ref_x = saved["ref_x"].copy() if "ref_x" in saved else None
         self.ref_g = saved["ref_g"].copy() if "ref_g" in saved else None
@@ -399,14 +388,7 @@ class _SharedRun:
         self.best_rmse = float(saved["best_rmse"])
         self.qn_seen = bool(saved["qn_seen"])
         self.running[0], self.running[1] = float(saved["running_sum"]), int(saved["running_n"])
-        self.hist_t[:], self.hist_e[:] = (
-            [float(v) for v in saved["hist_t"]],
-            [int(v) for v in saved["hist_e"]],
-        )
-        self.hist_r[:] = [float(v) for v in saved["hist_r"]]
-        self.hist_te[:] = [float(v) for v in saved["hist_te"]]
-        for key in self.timings:
-            self.timings[key] = float(saved["timing_" + key])
+        self.load_record(saved)
         if self.lbfgs is not None:
             load_lbfgs(self.lbfgs, saved)
         for _ in range(self.epoch):  # the schedule's position (its random stream is re-derived from rng)
@@ -441,30 +423,33 @@ class _SharedRun:
 
 
 def _check_inputs(
-    problem: MatrixFactorizationProblem, method: str, opts: HamsiOptions, test: Ratings | None
+    problem: MatrixFactorizationProblem, opts: HamsiOptions, test: Ratings | None, solver: str
 ) -> None:
-    """The checks of a shared-memory run that involve the problem (the options are checked already)."""
+    """The checks of a run that involve the problem (the options are checked already)."""
     from dpopt.matrix_factorization import MatrixFactorizationProblem
 
     if not isinstance(problem, MatrixFactorizationProblem):
         raise InvalidParameterError(
             "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
         )
-    problem._require_uniform('hamsi and mbgd (use solver="als")')
+    problem._require_uniform(f'{solver} (use solver="als")')
     if opts.early_stopping and test is None:
         raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
-    # factors, gradients and working copies (~8 vectors of (n_rows + n_cols) * rank float64) plus the
-    # 2 * memory L-BFGS pairs: refuse before allocating them
-    n_params = float(problem.shape[0] + problem.shape[1]) * problem.width
-    check_memory(
-        8.0 * n_params * (8 + (2 * opts.memory if method == "hamsi" else 0)),
-        f"rank={problem.rank} on a {problem.shape[0]} x {problem.shape[1]} matrix ({method}, memory={opts.memory})",
-        fix="use a smaller rank (or a smaller L-BFGS memory)",
-    )
     if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
         raise InvalidParameterError(
             f"test: expected a Ratings of shape {problem.shape} (same users and items)"
         )
+
+
+def _check_footprint(problem: MatrixFactorizationProblem, method: str, memory: int) -> None:
+    """Refuse a run whose factors, gradients and working copies (~8 vectors of
+    (n_rows + n_cols) * rank float64) plus the 2 * memory L-BFGS pairs do not fit in memory."""
+    n_params = float(problem.shape[0] + problem.shape[1]) * problem.width
+    check_memory(
+        8.0 * n_params * (8 + (2 * memory if method == "hamsi" else 0)),
+        f"rank={problem.rank} on a {problem.shape[0]} x {problem.shape[1]} matrix ({method}, memory={memory})",
+        fix="use a smaller rank (or a smaller L-BFGS memory)",
+    )
 
 
 def _run(
@@ -480,7 +465,8 @@ def _run(
 ) -> HamsiResult:
     """Run HAMSI or mb-GD (``method``) with the checked options ``opts``: set up, evaluate the
     start, run the outer iterations until a hook (or ``max_iter``) stops them, hand back."""
-    _check_inputs(problem, method, opts, test)
+    _check_inputs(problem, opts, test, "hamsi and mbgd")
+    _check_footprint(problem, method, opts.memory)
     ckpt = state_path(opts.checkpoint_dir) if opts.checkpoint_dir is not None else None
     t_setup = time.perf_counter()
     r_init, r_sched, r_part = (as_generator(c) for c in spawn(rng, ["init", "schedule", "partition"]))

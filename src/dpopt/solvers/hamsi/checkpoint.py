@@ -67,6 +67,42 @@ def load_state(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any] | None
     return state
 
 
+class RunRecord:
+    """What every HAMSI run records: the evaluation history (times, epochs, training and held-out
+    RMSE), the phase timings and the clocks; its part of a checkpoint."""
+
+    def __init__(self) -> None:
+        self.timings = {"gradient": 0.0, "update": 0.0, "hessian": 0.0}
+        self.hist_t: list[float] = []
+        self.hist_e: list[int] = []
+        self.hist_r: list[float] = []
+        self.hist_te: list[float] = []
+        self.elapsed = self.eval_time = 0.0
+
+    def record_state(self) -> dict[str, Any]:
+        """The history, timings and clocks (arrays and numbers, for a checkpoint)."""
+        return {
+            "elapsed": self.elapsed, "eval_time": self.eval_time,
+            "hist_t": np.asarray(self.hist_t, dtype=np.float64), "hist_e": np.asarray(self.hist_e, dtype=np.int64),
+            "hist_r": np.asarray(self.hist_r, dtype=np.float64), "hist_te": np.asarray(self.hist_te, dtype=np.float64),
+            **{"timing_" + k: v for k, v in self.timings.items()},
+        }  # fmt: skip
+
+    def load_record(self, state: dict[str, Any]) -> None:
+        """Put :meth:`record_state`'s content back."""
+        self.elapsed, self.eval_time = float(state["elapsed"]), float(state["eval_time"])
+        self.hist_t[:], self.hist_e[:] = (
+            [float(v) for v in state["hist_t"]],
+            [int(v) for v in state["hist_e"]],
+        )
+        self.hist_r[:], self.hist_te[:] = (
+            [float(v) for v in state["hist_r"]],
+            [float(v) for v in state["hist_te"]],
+        )
+        for key in self.timings:
+            self.timings[key] = float(state["timing_" + key])
+
+
 def lbfgs_state(mem: CompactLBFGS, prefix: str = "lbfgs_", *, copy: bool = False) -> dict[str, Any]:
     """The stored pairs, their inner products, ``σ`` and the counters of ``mem`` (the arrays
     themselves, or copies with ``copy=True``)."""

@@ -22,6 +22,7 @@ from dpopt.iteration import Callback
 from dpopt.randomness import RNGLike, as_generator, spawn
 from dpopt.solvers import _mf_kernels as _k
 from dpopt.solvers.hamsi._distributed_run import DistributedRun, StallRescue, distributed_hooks
+from dpopt.solvers.hamsi._execution import _check_inputs, _initial_point
 from dpopt.solvers.hamsi.checkpoint import lbfgs_state, load_lbfgs, load_state, state_path
 from dpopt.solvers.hamsi.lbfgs import CompactLBFGS, _dot, _matvec, _pair_products
 from dpopt.solvers.hamsi.options import HamsiOptions, resolve_options
@@ -398,7 +399,7 @@ def hamsi_distributed(
     from dpopt.distributed.partition import strata_b
 
     opts = resolve_options("hamsi_distributed", options, keywords)
-    _check_inputs(problem, opts, test)
+    _check_inputs(problem, opts, test, "hamsi_distributed")
     P = check_int(n_shards, "n_shards")
     ckpt = state_path(opts.checkpoint_dir) if opts.checkpoint_dir is not None else None
     t_setup = time.perf_counter()
@@ -415,8 +416,6 @@ def hamsi_distributed(
             saved_shards = int(str(saved["fp_n_shards"]))
     part = strata_b(problem.ratings, P)
     assert part.row_cuts is not None and part.col_cuts is not None
-    from dpopt.solvers.hamsi._execution import _initial_point
-
     U0, V0 = (a.copy() for a in problem.unpack(_initial_point(problem, init, opts.init_scale, r_init)))
     if saved is not None and saved_shards != P:
         _factors_of(saved, strata_b(problem.ratings, saved_shards), problem.width, U0, V0)
@@ -462,22 +461,6 @@ def _algorithm(opts: HamsiOptions) -> dict[str, Any]:
         "sigma_mode": opts.sigma_mode, "sigma0": opts.sigma0, "curvature": opts.curvature,
         "curvature_tol": opts.curvature_tol, "safeguard": opts.safeguard, "restart_growth": opts.restart_growth,
     }  # fmt: skip
-
-
-def _check_inputs(problem: MatrixFactorizationProblem, opts: HamsiOptions, test: Ratings | None) -> None:
-    from dpopt.matrix_factorization import MatrixFactorizationProblem
-
-    if not isinstance(problem, MatrixFactorizationProblem):
-        raise InvalidParameterError(
-            "problem: expected a dpopt.matrix_factorization.MatrixFactorizationProblem"
-        )
-    problem._require_uniform('hamsi_distributed (use solver="als")')
-    if opts.early_stopping and test is None:
-        raise InvalidParameterError("early_stopping: needs a validation split passed as test=")
-    if test is not None and (not isinstance(test, Ratings) or test.shape != problem.shape):
-        raise InvalidParameterError(
-            f"test: expected a Ratings of shape {problem.shape} (same users and items)"
-        )
 
 
 def _fingerprint(
