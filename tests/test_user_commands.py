@@ -1,7 +1,7 @@
 """The README's commands, run as a user runs them: the ``dpopt`` script of an installed package.
 
 A session fixture installs this checkout (non-editable, no dependencies, no network) into a fresh
-virtual environment that sees the system's site packages, and every test runs that environment's
+virtual environment that sees the running environment's site packages, and every test runs that environment's
 ``dpopt`` console script from a fresh temporary working folder, with no ``--out`` or a relative
 one, exactly as the README shows.  These tests are marked ``e2e``; the default run (and
 ``.ci/run``) includes them.  Deselect them with ``-m "not slow and not e2e"`` for a quicker loop.
@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -28,6 +29,28 @@ CHEAP = "admm-fig2"
 _TIMEOUT = 600
 
 
+def _see_running_packages(python: Path) -> None:
+    """Let the venv of ``python`` import the dependencies installed where the tests run.
+
+    The running environment's site packages go on the new venv's path through a ``.pth`` line (after
+    the venv's own site packages, so the installed copy of dpopt wins).  ``system_site_packages``
+    would not do: when the tests run in a virtualenv (as the README's command does on a fresh
+    machine, and as ``.ci/run`` does), it exposes the base interpreter's packages, not this one's.
+    A plain path line in a ``.pth`` file is not itself scanned for ``.pth`` files, so the running
+    environment's editable install of the checkout stays invisible.
+    """
+    proc = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    target = Path(proc.stdout.strip())
+    running = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+    (target / "_dpopt_test_deps.pth").write_text("".join(f"{path}\n" for path in running))
+
+
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``bin`` folder of a venv with this checkout installed as a user installs it (non-editable)."""
@@ -41,10 +64,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
     )
     env_dir = root / "venv"
-    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=True).create(env_dir)
+    venv.EnvBuilder(system_site_packages=False, with_pip=False, symlinks=True).create(env_dir)
     bin_dir = env_dir / ("Scripts" if os.name == "nt" else "bin")
     python = bin_dir / "python"
-    # the system pip installs into the venv when run by the venv's interpreter (no ensurepip download)
+    _see_running_packages(python)
+    # the running environment's pip installs into the venv when run by the venv's interpreter (no
+    # ensurepip download)
     proc = subprocess.run(
         [
             str(python),
