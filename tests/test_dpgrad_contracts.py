@@ -263,16 +263,16 @@ def test_secure_rng_runs(logistic_reference):
 
 @pytest.mark.parametrize("clip_norm", ["l1", "l2"])
 def test_clipping_bounds_sensitivity(clip_norm):
-    from dpopt.solvers.gradient import _setup
+    from dpopt.solvers.gradient_driver import _setup
+    from dpopt.solvers.gradient_options import GradientOptions
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(50, 6))
     X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True)) / 3  # ‖x‖₂ <= 3
     y = np.where(rng.random(50) < 0.5, 1.0, -1.0)
     prob = ERMProblem("logistic", DataBounds(feature_norm=3.0), l2_penalty=0.0)
-    kw = dict(budget="non-private", rng=0, calibration="tight", noise="laplace", clip=0.5,
-              clip_norm=clip_norm, batch_size=None, grad_scale="sum", constants="declared",
-              smoothness=None, strong_convexity=None)  # fmt: skip
+    opts = GradientOptions(noise="laplace", clip=0.5, clip_norm=clip_norm, grad_scale="sum")
+    kw = dict(budget="non-private", rng=0, calibration="tight", options=opts)
     ctx = _setup(prob, X, y, **kw)
     x = rng.normal(size=6) * 3
     for i in range(50):

@@ -28,7 +28,8 @@ from dpopt.problems import (
     Simplex,
     SquaredLoss,
 )
-from dpopt.solvers.gradient import _setup
+from dpopt.solvers.gradient_driver import _setup
+from dpopt.solvers.gradient_options import GradientOptions
 from dpopt.solvers.minimize import minimize
 
 D = 4
@@ -110,8 +111,7 @@ def test_per_example_bound_holds_outside_the_set(clip, family, data):
     yr = X @ np.array([0.5, -0.5, 0.2, 0.1])
     problem = ERMProblem(SquaredLoss(), DataBounds(feature_norm=1.0, label_bound=1.0), L2Ball(D, 0.5))
     ctx = _setup(problem, X, yr, budget=Budget(1.0, 1e-5 if family == "gaussian" else 0.0), rng=0,
-                 calibration="tight", noise=family, clip=clip, clip_norm="auto", batch_size=None,
-                 grad_scale="sum", constants="declared", smoothness=None, strong_convexity=None)  # fmt: skip
+                 calibration="tight", options=GradientOptions(noise=family, clip=clip))  # fmt: skip
     bound = ctx.bound_l1 if family == "laplace" else ctx.bound_l2
     order = 1 if family == "laplace" else 2
     far = np.array([40.0, -40.0, 25.0, 10.0])  # ‖far‖ ≫ radius: the declared margin bound fails here

@@ -51,22 +51,6 @@ def _penalised(problem: ERMProblem, options: Mapping[str, Any]) -> str | None:
 
 _GRAD = "dpopt.solvers.gradient:"
 _MULTI = "dpopt.solvers.multistage:"
-#: ranges shared by the DP gradient methods' options
-_GRAD_RANGES: dict[str, tuple[Any, ...]] = {
-    "iterations": (1, None),
-    "batch_size": (1, None),
-    "step_scale": (0, None, True),
-    "clip": (0, None, True),
-    "momentum": (0, 1, False, True),
-    "smoothing": (0, 1, True, False),
-    "smoothness": (0, None, True),
-    "strong_convexity": (0, None, True),
-    "bucket_size": (1, None),
-    "p": (1, None),
-    "first_stage": (1, None),
-    "initial_gap": (0, None, True),
-    "sampling_rate": (0, 1, True, False),
-}
 
 
 def _grad(summary: str, target: str, **kw: Any) -> MethodSpec:
@@ -77,7 +61,6 @@ def _grad(summary: str, target: str, **kw: Any) -> MethodSpec:
         neighbouring=("replace_one", "add_remove"),
         noise=("laplace", "gaussian"),
         calibrations=("tight", "paper"),
-        ranges=_GRAD_RANGES,
         **kw,
     )
 

@@ -17,7 +17,7 @@ accounting conventions are those of :mod:`dpopt.solvers.gradient`.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -34,53 +34,12 @@ from dpopt.solvers.dp_calibration import (
     masg_schedule,
     noise_aware_schedule,
 )
-from dpopt.solvers.gradient import (
-    Array,
-    Callback,
-    ClipNorm,
-    GradScale,
-    _Context,
-    _docfmt,
-    _finish,
-    _setup,
-    _uniform_segments,
-    _x0,
-)
+from dpopt.solvers.gradient_driver import _Context, _finish, _setup, _stage_loop, _uniform_segments, _x0
+from dpopt.solvers.gradient_options import MAGOptions, MASGOptions, _docfmt, build_options
+from dpopt.solvers.gradient_steps import _masg_momentum, _masg_step
 from dpopt.solvers.minimize import BudgetLike
 
-__all__ = ["dp_mag", "dp_masg", "masg_star_first_stage"]
-
-
-def _stage_loop(
-    ctx: _Context,
-    x: Array,
-    stages: tuple[int, ...],
-    alphas: list[float],
-    betas: list[float],
-    kinds: list[str],
-    callback: Callback | None,
-) -> Array:
-    t = 0
-    x = ctx.project(x)
-    for n_k, a_k, b_k, kind in zip(stages, alphas, betas, kinds, strict=True):
-        x_prev = x  # restart: x_0^k = x_1^k = last iterate of the previous stage
-        for _ in range(n_k):
-            # the extrapolated point may leave the set: the gradient is clipped to the bound there
-            yv = (1 + b_k) * x - b_k * x_prev
-            x, x_prev = ctx.project(yv - a_k * ctx.gradient(yv, t, kind)), x
-            t += 1
-            if ctx.notify(callback, t, x):
-                return x
-    return x
-
-
-def _masg_step(k: int, L: float) -> float:
-    return 1.0 / L if k == 1 else 1.0 / (2 ** (2 * k) * L)
-
-
-def _masg_momentum(alpha: float, mu: float) -> float:
-    r = math.sqrt(mu * alpha)
-    return (1 - r) / (1 + r)
+__all__ = ["MAGOptions", "MASGOptions", "dp_mag", "dp_masg", "masg_star_first_stage"]
 
 
 def masg_star_first_stage(
@@ -126,24 +85,8 @@ def dp_masg(
     calibration: str = "tight",
     accountant: Accountant | None = None,
     diagnostics: bool = False,
-    iterations: int = 1000,
-    variant: Literal["m-asg", "m-asg*"] = "m-asg",
-    p: int = 1,
-    first_stage: int | None = None,
-    initial_gap: float | None = None,
-    batch_size: int | None = None,
-    sampling_rate: float | None = None,
-    clip: float | None = 2.0,
-    clip_norm: ClipNorm = "auto",
-    noise: str = "auto",
-    grad_scale: GradScale = "sum",
-    constants: str = "declared",
-    smoothness: float | None = None,
-    strong_convexity: float | None = None,
-    paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
-    x0: Any = None,
-    callback: Callback | None = None,
+    options: MASGOptions | None = None,
+    **kwargs: Any,
 ) -> OptimizeResult:
     """DP M-ASG and M-ASG* (the thesis's baselines; stocMASG / stocMASG* with ``batch_size``).
 
@@ -180,36 +123,30 @@ def dp_masg(
     the bias is at most ``(μ_T/2)‖u‖²`` against any comparator u, ``parameters["surrogate_ridge"]``
     reports μ_T.  The ridge is data-independent: sensitivity and accounting are unchanged.
     """
-    if variant not in ("m-asg", "m-asg*"):
-        raise InvalidParameterError("variant: must be 'm-asg' or 'm-asg*'")
-    ctx = _setup(
-        problem, X, y, budget=budget, rng=rng, calibration=calibration, noise=noise, clip=clip,
-        clip_norm=clip_norm, batch_size=batch_size, sampling_rate=sampling_rate, grad_scale=grad_scale,
-        constants=constants,
-        smoothness=smoothness, strong_convexity=strong_convexity,
-    )  # fmt: skip
-    T = check_int(iterations, "iterations")
+    o = build_options(MASGOptions, options, kwargs, "dp_masg")
+    ctx = _setup(problem, X, y, budget=budget, rng=rng, calibration=calibration, options=o,
+                 accountant=accountant, diagnostics=diagnostics)  # fmt: skip
+    T = int(o.iterations)
     ctx.ensure_strong_convexity(T)  # μ = 0: a public surrogate ridge (documented under Notes)
     kappa = ctx.kappa
     segs = _uniform_segments(ctx, T)
-    ctx.make_plan(segs, accountant, paper_rule=paper_rule, tight_accountant=tight_accountant, label="dp-masg")
-    n1 = first_stage
-    if variant == "m-asg*" and n1 is None:
+    ctx.make_plan(segs, "dp-masg")
+    n1 = o.first_stage
+    if o.variant == "m-asg*" and n1 is None:
         sampling_var = 0.0 if ctx.sampling == "full" else ctx.sampling_term()
         sig2 = ctx.d * ctx.noise_variance() + sampling_var
-        n1 = masg_star_first_stage(T, kappa, ctx.L, _initial_gap(ctx, initial_gap, x0), sig2)
-    stages = masg_schedule(T, kappa, p=p, first_stage=n1)
+        n1 = masg_star_first_stage(T, kappa, ctx.L, _initial_gap(ctx, o.initial_gap, o.x0), sig2)
+    stages = masg_schedule(T, kappa, p=o.p, first_stage=n1)
     alphas = [_masg_step(k, ctx.L) for k in range(1, len(stages) + 1)]
     betas = [_masg_momentum(a, ctx.mu) for a in alphas]
-    kind = segs[0].kind
-    x = _stage_loop(ctx, _x0(x0, ctx.d), stages, alphas, betas, [kind] * len(stages), callback)
+    x = _stage_loop(ctx, _x0(o.x0, ctx.d), stages, alphas, betas, segs[0].kind)
     stoch = ctx.sampling != "full"
-    name = ("dp_stoc_masg" if stoch else "dp_masg") + ("_star" if variant == "m-asg*" else "")
+    name = ("dp_stoc_masg" if stoch else "dp_masg") + ("_star" if o.variant == "m-asg*" else "")
     return _finish(
         ctx, x, T=T, method=name,
-        params={"variant": variant, "stages": list(stages), "stage_steps": alphas, "stage_momentum": betas,
-                "kappa": kappa, "p": p},
-        message=f"ran {len(stages)} stages, T={T} noisy accelerated steps", diagnostics=diagnostics,
+        params={"variant": o.variant, "stages": list(stages), "stage_steps": alphas, "stage_momentum": betas,
+                "kappa": kappa, "p": o.p},
+        message=f"ran {len(stages)} stages, T={T} noisy accelerated steps",
     )  # fmt: skip
 
 
@@ -251,26 +188,8 @@ def dp_mag(
     calibration: str = "tight",
     accountant: Accountant | None = None,
     diagnostics: bool = False,
-    iterations: int = 1000,
-    p: int = 1,
-    stage_rule: Literal["default", "noise_aware_fixed_point"] = "default",
-    first_stage: int | None = None,
-    momentum: Literal["fixed", "stage"] = "fixed",
-    step: Literal["noise_aware", "masg"] = "noise_aware",
-    safeguard: bool = False,
-    batch_size: int | None = None,
-    sampling_rate: float | None = None,
-    clip: float | None = 2.0,
-    clip_norm: ClipNorm = "auto",
-    noise: str = "auto",
-    grad_scale: GradScale = "mean",
-    constants: str = "declared",
-    smoothness: float | None = None,
-    strong_convexity: float | None = None,
-    paper_rule: Literal["bst14", "thesis"] = "bst14",
-    tight_accountant: Literal["auto", "rdp", "pld"] = "auto",
-    x0: Any = None,
-    callback: Callback | None = None,
+    options: MAGOptions | None = None,
+    **kwargs: Any,
 ) -> OptimizeResult:
     """DP multistage accelerated gradient (DP-MAG, Alg. 5; DP-SMAG, Alg. 7, with ``batch_size``).
 
@@ -321,63 +240,55 @@ def dp_mag(
     ``F(θ) + (μ_T/2)‖θ‖²`` with the public surrogate ridge of :func:`dp_masg` (bias at most
     ``(μ_T/2)‖u‖²``; ``parameters["surrogate_ridge"]``); sensitivity and accounting are unchanged.
     """
-    if stage_rule not in ("default", "noise_aware_fixed_point"):
-        raise InvalidParameterError("stage_rule: must be 'default' or 'noise_aware_fixed_point'")
-    if momentum not in ("fixed", "stage"):
-        raise InvalidParameterError("momentum: must be 'fixed' or 'stage'")
-    if step not in ("noise_aware", "masg"):
-        raise InvalidParameterError("step: must be 'noise_aware' or 'masg'")
-    ctx = _setup(
-        problem, X, y, budget=budget, rng=rng, calibration=calibration, noise=noise, clip=clip,
-        clip_norm=clip_norm, batch_size=batch_size, sampling_rate=sampling_rate, grad_scale=grad_scale,
-        constants=constants,
-        smoothness=smoothness, strong_convexity=strong_convexity,
-    )  # fmt: skip
-    T = check_int(iterations, "iterations")
+    o = build_options(MAGOptions, options, kwargs, "dp_mag")
+    ctx = _setup(problem, X, y, budget=budget, rng=rng, calibration=calibration, options=o,
+                 accountant=accountant, diagnostics=diagnostics)  # fmt: skip
+    T = int(o.iterations)
     ctx.ensure_strong_convexity(T)  # μ = 0: a public surrogate ridge (documented under Notes)
     kappa = ctx.kappa
     rq = math.sqrt(1 / kappa)
     beta_fixed = (1 - rq) / (1 + rq)
-    sterm = ctx.sampling_term()
-
-    if stage_rule == "default":
-        stages = masg_schedule(T, kappa, p=p, first_stage=first_stage)
-    else:
-
-        def stage_variance(n_k: float, K: int) -> float:
-            return (sterm / ctx.d + _share_variance(ctx, 1.0 / (K * n_k))) / (1 - beta_fixed**2)
-
-        stages = noise_aware_schedule(T, kappa, p=p, stage_variance=stage_variance, first_stage=first_stage)
+    stages = _mag_stages(ctx, o, T, beta_fixed)
     K = len(stages)
     kind = "full" if ctx.sampling == "full" else "sampled"
     segs = [Segment(n_k, 1.0 / (K * n_k), kind) for n_k in stages]  # type: ignore[arg-type]
-    plan = ctx.make_plan(
-        segs, accountant, paper_rule=paper_rule, tight_accountant=tight_accountant, label="dp-mag"
-    )
+    plan = ctx.make_plan(segs, "dp-mag")
     variances = plan.segment_variances() if plan.private else [0.0] * K
     if ctx.grad_scale == "mean":
         variances = [v / ctx.batch**2 for v in variances]
     alphas: list[float] = []
     capped = False
     for k in range(1, K + 1):
-        if step == "noise_aware":
-            a = mag_step_size(k, ctx.L, beta_fixed, ctx.d, variances[k - 1], sterm)
+        if o.step == "noise_aware":
+            a = mag_step_size(k, ctx.L, beta_fixed, ctx.d, variances[k - 1], ctx.sampling_term())
         else:
             a = _masg_step(k, ctx.L)
-        if safeguard and a > 1.0 / ctx.L:
+        if o.safeguard and a > 1.0 / ctx.L:
             a, capped = 1.0 / ctx.L, True
         alphas.append(a)
-    betas = [beta_fixed] * K if momentum == "fixed" else [_masg_momentum(a, ctx.mu) for a in alphas]
-    x = _stage_loop(ctx, _x0(x0, ctx.d), stages, alphas, betas, [kind] * K, callback)
+    betas = [beta_fixed] * K if o.momentum == "fixed" else [_masg_momentum(a, ctx.mu) for a in alphas]
+    x = _stage_loop(ctx, _x0(o.x0, ctx.d), stages, alphas, betas, kind)
     name = "dp_smag" if ctx.sampling != "full" else "dp_mag"
     return _finish(
         ctx, x, T=T, method=name,
-        params={"stages": list(stages), "stage_rule": stage_rule, "stage_steps": alphas,
-                "stage_momentum": betas, "step_rule": step, "step_capped": capped,
-                "step_times_L": [a * ctx.L for a in alphas], "kappa": kappa, "p": p,
+        params={"stages": list(stages), "stage_rule": o.stage_rule, "stage_steps": alphas,
+                "stage_momentum": betas, "step_rule": o.step, "step_capped": capped,
+                "step_times_L": [a * ctx.L for a in alphas], "kappa": kappa, "p": o.p,
                 "stage_noise_scales": [float(s) for s in _segment_scales(plan.step_scales, stages)]},
-        message=f"ran {K} stages, T={T} noisy accelerated steps", diagnostics=diagnostics,
+        message=f"ran {K} stages, T={T} noisy accelerated steps",
     )  # fmt: skip
+
+
+def _mag_stages(ctx: _Context, o: MAGOptions, T: int, beta_fixed: float) -> tuple[int, ...]:
+    """DP-MAG's stage lengths, from public quantities only (before the plan)."""
+    if o.stage_rule == "default":
+        return masg_schedule(T, ctx.kappa, p=o.p, first_stage=o.first_stage)
+    sterm = ctx.sampling_term()
+
+    def stage_variance(n_k: float, K: int) -> float:
+        return (sterm / ctx.d + _share_variance(ctx, 1.0 / (K * n_k))) / (1 - beta_fixed**2)
+
+    return noise_aware_schedule(T, ctx.kappa, p=o.p, stage_variance=stage_variance, first_stage=o.first_stage)
 
 
 def _segment_scales(step_scales: np.ndarray, stages: tuple[int, ...]) -> list[float]:

@@ -9,12 +9,16 @@ and raises an :class:`~dpopt.exceptions.InvalidParameterError` that says what is
 methods do support it; unknown options get a did-you-mean listing the valid ones.
 
 Option types are read from the solver's signature (``Literal[...]`` gives the choices, ``X | None``
-allows ``None``); :class:`MethodSpec.ranges` adds numeric ranges.  The spec is the contract the suites
+allows ``None``); :class:`MethodSpec.ranges` adds numeric ranges.  A solver whose options are one
+dataclass (a parameter ``options: SomeOptions | None``, the other options taken as ``**kwargs``, as the
+DP gradient methods do) has that dataclass's fields as options, with the ranges of their
+``metadata["range"]``.  The spec is the contract the suites
 in ``tests/contracts/`` run over.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import inspect
@@ -198,20 +202,45 @@ def _options_of(
     for name, par in inspect.signature(fn).parameters.items():
         if name in COMMON_ARGUMENTS or par.kind in (par.VAR_KEYWORD, par.VAR_POSITIONAL):
             continue
-        kinds, choices, allow_none = _parse_hint(hints.get(name, Any))
-        r = rng_map.get(name, ())
-        out[name] = OptionSpec(
-            name=name,
-            types=kinds,
-            choices=choices,
-            low=r[0] if len(r) > 0 else None,
-            high=r[1] if len(r) > 1 else None,
-            low_open=bool(r[2]) if len(r) > 2 else False,
-            high_open=bool(r[3]) if len(r) > 3 else False,
-            allow_none=allow_none or par.default is None,
-            default=None if par.default is inspect.Parameter.empty else par.default,
-        )
+        hint = hints.get(name, Any)
+        default = None if par.default is inspect.Parameter.empty else par.default
+        out[name] = _option(name, hint, default, rng_map.get(name, ()))
+        if name == "options":  # a dataclass of options (passed whole or field by field as keywords)
+            out.update(_dataclass_options(hint, rng_map))
     _OPTION_CACHE[key] = out
+    return out
+
+
+def _option(name: str, hint: Any, default: Any, r: tuple[Any, ...]) -> OptionSpec:
+    kinds, choices, allow_none = _parse_hint(hint)
+    return OptionSpec(
+        name=name,
+        types=kinds,
+        choices=choices,
+        low=r[0] if len(r) > 0 else None,
+        high=r[1] if len(r) > 1 else None,
+        low_open=bool(r[2]) if len(r) > 2 else False,
+        high_open=bool(r[3]) if len(r) > 3 else False,
+        allow_none=allow_none or default is None,
+        default=default,
+    )
+
+
+def _dataclass_options(hint: Any, rng_map: Mapping[str, tuple[Any, ...]]) -> dict[str, OptionSpec]:
+    """The fields of the dataclass in ``hint`` (``Options | None``) as options; ranges from ``metadata["range"]``."""
+    kinds = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    cls = next((k for k in kinds if dataclasses.is_dataclass(k) and isinstance(k, type)), None)
+    if cls is None:
+        return {}
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # pragma: no cover - unresolved annotations: no type check, names only
+        hints = {}
+    out: dict[str, OptionSpec] = {}
+    for f in dataclasses.fields(cls):
+        default = None if f.default is dataclasses.MISSING else f.default
+        r = rng_map.get(f.name, tuple(f.metadata.get("range", ())))
+        out[f.name] = _option(f.name, hints.get(f.name, Any), default, r)
     return out
 
 
