@@ -178,7 +178,7 @@ def _one(
     if fn is dp_online_gdws:
         kw["bucket_size"] = m
     else:
-        kw["iterations"] = cfg.iterations
+        kw["max_iter"] = cfg.iterations
         kw["batch_size"] = m
     trace: list[tuple[int, float]] = []
     every = cfg.record_every if cfg.kind == "trajectory" else 0

@@ -315,7 +315,7 @@ def _step_times_L(cfg: RateConfig, beta: float, rule: str, rng: np.random.Genera
         warnings.simplefilter("ignore")
         res = dp_gdws(
             problem, ds.X, ds.y, budget=Budget(cfg.epsilon), rng=rng, calibration="paper",
-            iterations=cfg.iterations, smoothing=beta, step=rule, callback=lambda info: True,
+            max_iter=cfg.iterations, smoothing=beta, step=rule, callback=lambda info: True,
         )  # fmt: skip
     p = res.parameters
     return float(p["step_times_L"]), float(p["smoothness"]) / float(p["strong_convexity"])

@@ -156,7 +156,7 @@ def dp_gd(
     o = build_options(GDOptions, options, kwargs, "dp_gd")
     ctx = _setup(problem, X, y, budget=budget, rng=rng, calibration=calibration, options=o,
                  accountant=accountant, diagnostics=diagnostics)  # fmt: skip
-    T = int(o.iterations)
+    T = int(o.max_iter)
     ctx.make_plan(_uniform_segments(ctx, T), "dp-gd")
     alphas = _gd_steps(ctx, o, T)
     start, multiplier = _suffix_start(ctx, o.average, T)
@@ -242,7 +242,7 @@ def dp_nesterov(
 
 def _momentum_run(ctx: _Context, o: MomentumOptions, name: str) -> OptimizeResult:
     """DP-HB (``name="dp_heavy_ball"``) or DP-NAG (``"dp_nesterov"``) with constant step and momentum."""
-    T = int(o.iterations)
+    T = int(o.max_iter)
     if o.momentum is None:  # the default momentum needs μ: a public surrogate ridge when there is none
         ctx.ensure_strong_convexity(T)
     heavy = name == "dp_heavy_ball"
@@ -329,7 +329,7 @@ def dp_gdws(
     o = build_options(GDwSOptions, options, kwargs, "dp_gdws")
     ctx = _setup(problem, X, y, budget=budget, rng=rng, calibration=calibration, options=o,
                  accountant=accountant, diagnostics=diagnostics)  # fmt: skip
-    T = int(o.iterations)
+    T = int(o.max_iter)
     beta = check_smoothing(o.smoothing)
     fs = ("full" if calibration == "paper" else "subsample") if o.first_step == "auto" else o.first_step
     stochastic = ctx.sampling != "full"

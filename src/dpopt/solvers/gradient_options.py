@@ -1,14 +1,16 @@
 """Options of the DP gradient methods (:mod:`dpopt.solvers.gradient`, :mod:`dpopt.solvers.multistage`).
 
 One frozen dataclass family: :class:`GradientOptions` holds the options every method of the family
-takes (iterations, batches, clipping, noise, constants, start, callback), and each method adds its own
+takes (number of steps, batches, clipping, noise, constants, start, callback), and each method adds its own
 step rule's options in a subclass (:class:`GDOptions`, :class:`HeavyBallOptions`, :class:`NesterovOptions`,
 :class:`GDwSOptions`, :class:`OnlineGDwSOptions`, :class:`MASGOptions`, :class:`MAGOptions`).
 Values are checked once, when the object is built (``__post_init__``); the checks that need the
 data or the budget (the constraint on ``sampling_rate``, ``x0``'s length) stay in the methods.
 
-A method takes ``options=`` and/or the options as keyword arguments (``dp_gd(..., iterations=50)``
-is ``dp_gd(..., options=GDOptions(iterations=50))``; keywords override fields of ``options``).  The
+A method takes ``options=`` and/or the options as keyword arguments (``dp_gd(..., max_iter=50)``
+is ``dp_gd(..., options=GDOptions(max_iter=50))``; keywords override fields of ``options``; the
+old names ``iterations=`` and ``max_iterations=`` of ``max_iter`` still work, with a
+``DeprecationWarning``, for one release).  The
 numeric ranges are the fields' ``metadata["range"]``: :class:`~dpopt.solvers.specs.MethodSpec`
 reads names, types, defaults and ranges from these classes.
 """
@@ -16,6 +18,7 @@ reads names, types, defaults and ranges from these classes.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -85,8 +88,8 @@ class GradientOptions(_CoreOptions):
 
     Attributes
     ----------
-    iterations : int
-        Number of steps T (fixed before the run).
+    max_iter : int
+        Number of steps T (fixed before the run; formerly ``iterations``).
     batch_size, sampling_rate : optional
         Mini-batch size m / declared Poisson rate q (add/remove); ``None``: full gradients.
     clip, clip_norm, noise, grad_scale, constants, smoothness, strong_convexity, x0, callback
@@ -95,7 +98,7 @@ class GradientOptions(_CoreOptions):
         Calibration details (see the methods' docstrings).
     """
 
-    iterations: int = _ranged(1000, 1, None)
+    max_iter: int = _ranged(1000, 1, None)
     batch_size: int | None = _ranged(None, 1, None)
     sampling_rate: float | None = _ranged(None, 0, 1, True, False)
     paper_rule: Literal["bst14", "thesis"] = "bst14"
@@ -103,7 +106,7 @@ class GradientOptions(_CoreOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int(self.iterations, "iterations")
+        check_int(self.max_iter, "max_iter")
         if self.batch_size is not None:
             check_int(self.batch_size, "batch_size")
 
@@ -245,6 +248,27 @@ class MAGOptions(_StageOptions):
 
 O = TypeVar("O", bound=_CoreOptions)
 
+#: Old names of ``max_iter`` (accepted with a ``DeprecationWarning`` until the next release).
+DEPRECATED_ITERATION_NAMES = ("iterations", "max_iterations")
+
+
+def _renamed(overrides: Mapping[str, Any], method: str) -> Mapping[str, Any]:
+    """``overrides`` with the deprecated names of ``max_iter`` renamed (warned)."""
+    old = [k for k in DEPRECATED_ITERATION_NAMES if k in overrides]
+    if not old:
+        return overrides
+    if len(old) > 1 or "max_iter" in overrides:
+        raise InvalidParameterError(f"max_iter: pass either max_iter or {old[0]}, not both")
+    warnings.warn(
+        f"{method}(..., {old[0]}=...) is deprecated; pass max_iter=... (the old name will be removed in the "
+        "next release)",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+    out = {k: v for k, v in overrides.items() if k != old[0]}
+    out["max_iter"] = overrides[old[0]]
+    return out
+
 
 def build_options(kind: type[O], options: O | None, overrides: Mapping[str, Any], method: str) -> O:
     """``options`` (default: ``kind()``) with the keyword ``overrides`` applied, checked once.
@@ -254,6 +278,8 @@ def build_options(kind: type[O], options: O | None, overrides: Mapping[str, Any]
     """
     if options is not None and not isinstance(options, kind):
         raise InvalidParameterError(f"options: expected a {kind.__name__} for {method}")
+    if issubclass(kind, GradientOptions):
+        overrides = _renamed(overrides, method)
     names = {f.name for f in dataclasses.fields(kind)}
     for key in overrides:
         if key not in names:
@@ -291,8 +317,9 @@ _COMMON_DOC = """
         All the options below as one frozen object (the method's subclass of
         :class:`~dpopt.solvers.gradient_options.GradientOptions`, checked when built); options passed
         as keyword arguments override its fields.
-    iterations : int, default 1000
-        Number of steps T (fixed before the run).
+    max_iter : int, default 1000
+        Number of steps T (fixed before the run).  ``iterations=`` and ``max_iterations=`` are the
+        deprecated old names (a ``DeprecationWarning``; removed in the next release).
     batch_size : int, optional
         Mini-batch size m (``None`` or ``>= n``: full gradients).  With ``sampling_rate``: the
         declared (public) expected batch size, used as the normaliser of the noisy sum.

@@ -61,7 +61,7 @@ def _grad(summary: str, target: str, **kw: Any) -> MethodSpec:
         neighbouring=("replace_one", "add_remove"),
         noise=("laplace", "gaussian"),
         calibrations=("tight", "paper"),
-        **kw,
+        **{"iteration_option": "max_iter", **kw},
     )
 
 
@@ -492,6 +492,7 @@ def minimize(
             else _ALIASES.get(method, method)
         )
     spec = method_spec(name)
+    options, max_iter = _old_iteration_names(name, spec, dict(options), max_iter)
     if relation == "add_remove":
         options, max_iter = _add_remove_options(
             name, spec, problem, X, dict(options), max_iter, declared_size
@@ -653,6 +654,24 @@ def default_sgd_options(
         except (DPOptError, IndexError, TypeError):
             pass
     return options, max_iter
+
+
+def _old_iteration_names(
+    name: str, spec: MethodSpec, options: dict[str, Any], max_iter: int | None
+) -> tuple[dict[str, Any], int | None]:
+    """Methods whose own option is ``max_iter`` (the DP gradient methods): their old names, warned."""
+    old = [k for k in ("iterations", "max_iterations") if k in options]
+    if spec.iteration_option != "max_iter" or not old:
+        return options, max_iter
+    warnings.warn(
+        f"minimize(..., {old[0]}=...) is deprecated for method {name!r}; pass max_iter=... (the old name "
+        "will be removed in the next release)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if max_iter is not None or len(old) > 1:
+        raise InvalidParameterError(f"max_iter: pass either max_iter or {old[0]}, not both")
+    return options, options.pop(old[0])
 
 
 def _iteration_limit(

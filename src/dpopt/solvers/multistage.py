@@ -126,7 +126,7 @@ def dp_masg(
     o = build_options(MASGOptions, options, kwargs, "dp_masg")
     ctx = _setup(problem, X, y, budget=budget, rng=rng, calibration=calibration, options=o,
                  accountant=accountant, diagnostics=diagnostics)  # fmt: skip
-    T = int(o.iterations)
+    T = int(o.max_iter)
     ctx.ensure_strong_convexity(T)  # μ = 0: a public surrogate ridge (documented under Notes)
     kappa = ctx.kappa
     segs = _uniform_segments(ctx, T)
@@ -243,7 +243,7 @@ def dp_mag(
     o = build_options(MAGOptions, options, kwargs, "dp_mag")
     ctx = _setup(problem, X, y, budget=budget, rng=rng, calibration=calibration, options=o,
                  accountant=accountant, diagnostics=diagnostics)  # fmt: skip
-    T = int(o.iterations)
+    T = int(o.max_iter)
     ctx.ensure_strong_convexity(T)  # μ = 0: a public surrogate ridge (documented under Notes)
     kappa = ctx.kappa
     rq = math.sqrt(1 / kappa)
