@@ -8,11 +8,10 @@ Values are checked once, when the object is built (``__post_init__``); the check
 data or the budget (the constraint on ``sampling_rate``, ``x0``'s length) stay in the methods.
 
 A method takes ``options=`` and/or the options as keyword arguments (``dp_gd(..., max_iter=50)``
-is ``dp_gd(..., options=GDOptions(max_iter=50))``; keywords override fields of ``options``; the
-old names ``iterations=`` and ``max_iterations=`` of ``max_iter`` still work, with a
-``DeprecationWarning``, for one release).  The
-numeric ranges are the fields' ``metadata["range"]``: :class:`~dpopt.solvers.specs.MethodSpec`
-reads names, types, defaults and ranges from these classes.
+is ``dp_gd(..., options=GDOptions(max_iter=50))``; keywords override fields of ``options``; the old
+names ``iterations=`` and ``max_iterations=`` of ``max_iter`` still work, with a
+``DeprecationWarning``, for one release).  The numeric ranges are the fields' ``metadata["range"]``:
+:class:`~dpopt.solvers.specs.MethodSpec` reads names, types, defaults and ranges from these classes.
 """
 
 from __future__ import annotations
