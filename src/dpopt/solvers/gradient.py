@@ -53,12 +53,9 @@ from dpopt.solvers.gradient_driver import (
     surrogate_condition_number,
 )
 from dpopt.solvers.gradient_options import (
-    Callback,
-    ClipNorm,
     GDOptions,
     GDwSOptions,
     GradientOptions,
-    GradScale,
     HeavyBallOptions,
     MomentumOptions,
     NesterovOptions,
@@ -83,12 +80,8 @@ from dpopt.solvers.minimize import BudgetLike
 __all__ = [
     "NOISE_SCALED_STEP",
     "SUFFIX_AVERAGE_MULTIPLIER",
-    "Array",
-    "Callback",
-    "ClipNorm",
     "GDOptions",
     "GDwSOptions",
-    "GradScale",
     "GradientOptions",
     "HeavyBallOptions",
     "MomentumOptions",
