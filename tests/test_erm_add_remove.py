@@ -69,7 +69,7 @@ def test_add_remove_refusals_are_clear() -> None:
         _fit(X, y, 1.0, 0, method="objective_perturbation", declared_size=100)
     with pytest.raises(InvalidParameterError, match="only used with neighbouring='add_remove'"):
         minimize(PROB, X, y, budget=Budget(1.0, 1e-5), rng=0, declared_size=100)
-    with pytest.raises(InvalidParameterError, match="differs from the accountant"):
+    with pytest.raises(InvalidParameterError, match="the accountant= passed was created with neighbouring="):
         _fit(X, y, 1.0, 0, declared_size=100, accountant=make_accountant("pld", neighbouring="replace_one"))
     with pytest.raises(InvalidParameterError, match="neighbouring"):
         minimize(PROB, X, y, budget=Budget(1.0, 1e-5), rng=0, neighbouring="swap")

@@ -190,3 +190,74 @@ def test_estimator_errors_speak_in_estimator_terms() -> None:
     assert "DataBounds" not in str(info.value)
     with pytest.raises(InvalidParameterError, match=r"^DPLogisticRegression: solver: unknown"):
         DPLogisticRegression(epsilon=1.0, feature_norm=1.0, clip=True, solver="nope").fit(X, y)
+
+
+# --- the accountant's relation and the estimator's (issue 26) -------------------------------------
+
+
+def _relation_estimators(**kw: Any) -> list[Any]:
+    return [
+        DPLogisticRegression(feature_norm=1.0, rng=0, **kw),
+        DPLogisticRegression(feature_norm=1.0, delta=0.0, rng=0, **kw),
+        DPLinearRegression(feature_norm=1.0, label_bound=1.0, rng=0, **kw),
+        DPLasso(feature_norm=1.0, label_bound=1.0, rng=0, **kw),
+    ]
+
+
+def _relation_data(d: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, size=(200, d)) / math.sqrt(d)
+    return X, (X[:, 0] > 0).astype(float)
+
+
+@pytest.mark.parametrize("explicit", ["replace_one", "add_remove"])
+def test_an_explicit_relation_other_than_the_accountants_is_refused_by_name(explicit: str) -> None:
+    from dpopt.accounting import make_accountant
+    from dpopt.exceptions import InvalidParameterError
+
+    other = "add_remove" if explicit == "replace_one" else "replace_one"
+    for d in (3, 320):  # 320 columns: DPLinearRegression's private-selection path
+        X, y = _relation_data(d)
+        for est in _relation_estimators(neighbouring=explicit, declared_size=None):
+            acct = make_accountant("pld", neighbouring=other)  # type: ignore[arg-type]
+            est.set_params(accountant=acct)
+            with pytest.raises(InvalidParameterError) as info:
+                est.fit(X, y)
+            msg = str(info.value)
+            assert f"{type(est).__name__} was asked for neighbouring={explicit!r}" in msg
+            assert f"created with neighbouring={other!r}" in msg
+            assert f"make_accountant(..., neighbouring={explicit!r})" in msg
+            assert len(acct.ledger) == 0  # refused before anything was composed
+
+
+def test_a_default_relation_follows_the_accountant_and_the_size_error_says_so() -> None:
+    from dpopt.accounting import Budget, make_accountant
+    from dpopt.exceptions import InvalidParameterError
+    from dpopt.problems import DataBounds, ERMProblem
+    from dpopt.solvers import minimize
+
+    X, y = _relation_data()
+    for est in _relation_estimators():
+        acct = make_accountant()  # add/remove by default
+        est.set_params(accountant=acct)
+        with pytest.raises(InvalidParameterError, match="declared_size") as info:
+            est.fit(X, y)
+        assert "comes from the accountant=" in str(info.value)
+        assert "make_accountant(..., neighbouring='replace_one')" in str(info.value)
+        # with a declared size the default follows the accountant: an add/remove fit
+        est.set_params(declared_size=200).fit(X, y)
+        assert est.privacy_spent_.neighbouring == "add_remove" and len(acct.ledger) == 1
+    prob = ERMProblem("logistic", DataBounds(1.0), None)
+    ys = np.where(y > 0, 1.0, -1.0)
+    with pytest.raises(InvalidParameterError, match="comes from the accountant="):
+        minimize(prob, X, ys, budget=Budget(1.0, 1e-5), accountant=make_accountant(), rng=0)
+    with pytest.raises(InvalidParameterError, match="minimize was asked for neighbouring='replace_one'"):
+        minimize(
+            prob,
+            X,
+            ys,
+            budget=Budget(1.0, 1e-5),
+            accountant=make_accountant(),
+            rng=0,
+            neighbouring="replace_one",
+        )

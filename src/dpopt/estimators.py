@@ -42,7 +42,13 @@ from dpopt.exceptions import (
 from dpopt.problems import DataBounds, ERMProblem, L1Ball, L2Ball
 from dpopt.solvers import OptimizeResult, minimize
 from dpopt.solvers.class_prior import private_class_prior
-from dpopt.solvers.minimize import default_sgd_options, logistic_sgd_by_default, pure_logistic_op_options
+from dpopt.solvers.minimize import (
+    default_sgd_options,
+    logistic_sgd_by_default,
+    pure_logistic_op_options,
+    relation_origin,
+    resolve_relation,
+)
 from dpopt.solvers.private_selection import (
     Candidate,
     clipped_squared_error,
@@ -184,7 +190,21 @@ class _DPLinearModel(BaseEstimator):
             return scipy.sparse.hstack([X, np.full((X.shape[0], 1), s)], format="csr")
         return np.hstack([X, np.full((X.shape[0], 1), s)])
 
+    def _check_relation(self) -> Neighbouring:
+        """The fit's relation: ``neighbouring`` if given, else the accountant's, else replace-one.
+
+        An explicit ``neighbouring`` that differs from the accountant's is refused by name (both
+        relations and the fixes); a default (None) follows the accountant.
+        """
+        acct_rel = getattr(self.accountant, "neighbouring", None)
+        return resolve_relation(self.neighbouring, acct_rel, self.declared_size, who=type(self).__name__)
+
+    def _relation_origin(self) -> str:
+        """Empty, or why the relation is add/remove (the accountant's), for declared_size errors."""
+        return relation_origin(self.neighbouring, getattr(self.accountant, "neighbouring", None))
+
     def _fit_problem(self, X: Any, y: NDArray[np.float64]) -> OptimizeResult:
+        self._check_relation()
         if self.clip and self.fit_intercept and self.norm == "l2":
             # clip the features to feature_norm first, so the intercept column stays exact
             X = DataBounds(self.feature_norm, "l2", clip=True).enforce(X, None, label_required=False)[0]
@@ -337,7 +357,10 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
         copied, by :func:`sklearn.base.clone`, so the fits of a ``GridSearchCV`` or
         ``cross_val_score`` all land in the one ledger.
     neighbouring : {"replace_one", "add_remove"} or None, default None
-        The neighbouring relation of the guarantee (None: the accountant's, else replace-one).
+        The neighbouring relation of the guarantee (None: the accountant's, else replace-one; an
+        explicit relation other than the accountant's is refused, naming both).  Note that
+        :func:`~dpopt.accounting.make_accountant` defaults to ``"add_remove"``: such an accountant
+        makes the fit add/remove, which needs ``declared_size``.
         ``"add_remove"``: the data's size is private; ``solver="auto"`` is then DP-SGD with
         hyper-parameters from ``declared_size`` (see :func:`dpopt.solvers.minimize`), and for
         ``delta=0`` objective perturbation's add/remove pure-ε form (or the class prior).
@@ -674,7 +697,7 @@ class DPLinearRegression(_DPRegressor):
             if self.declared_size is None:
                 raise InvalidParameterError(
                     "DPLinearRegression: neighbouring='add_remove' needs declared_size= (a public dataset "
-                    "size); the data's size is private under add/remove"
+                    f"size); the data's size is private under add/remove{self._relation_origin()}"
                 )
             N = int(self.declared_size)
             if (
@@ -695,6 +718,7 @@ class DPLinearRegression(_DPRegressor):
         return "dp_frank_wolfe"
 
     def _fit_problem(self, X: Any, y: NDArray[np.float64]) -> OptimizeResult:
+        self._check_relation()
         if (
             self.solver != "auto"
             or self._budget() == "non-private"

@@ -482,7 +482,8 @@ def minimize(
     if not isinstance(method, str):
         raise InvalidParameterError("method: expected a method name (a string); see available_methods()")
     rel = accountant.neighbouring if isinstance(accountant, Accountant) else None
-    relation = _relation(neighbouring, rel, declared_size)
+    relation = resolve_relation(neighbouring, rel, declared_size)
+    origin = relation_origin(neighbouring, rel)
     if relation == "add_remove":  # vertex polytopes: Frank-Wolfe normalised by the declared size
         name = _auto_add_remove_method(problem, budget) if method == "auto" else _ALIASES.get(method, method)
     else:
@@ -495,7 +496,7 @@ def minimize(
     options, max_iter = _old_iteration_names(name, spec, dict(options), max_iter)
     if relation == "add_remove":
         options, max_iter = _add_remove_options(
-            name, spec, problem, X, dict(options), max_iter, declared_size
+            name, spec, problem, X, dict(options), max_iter, declared_size, origin
         )
         rel = relation
     elif method == "auto" and name == "dp_sgd":  # replace-one: n is public, the same public rule
@@ -532,15 +533,27 @@ _RELATIONS = ("replace_one", "add_remove")
 ADD_REMOVE_EPOCHS = 20
 
 
-def _relation(
-    neighbouring: str | None, accountant_rel: Neighbouring | None, declared_size: int | None
+def resolve_relation(
+    neighbouring: str | None,
+    accountant_rel: Neighbouring | None,
+    declared_size: int | None,
+    who: str = "minimize",
 ) -> Neighbouring:
-    """The call's neighbouring relation: the argument, else the accountant's, else replace-one."""
+    """The call's neighbouring relation: the argument, else the accountant's, else replace-one.
+
+    An explicit ``neighbouring`` that differs from the accountant's is refused (a release is analysed
+    under one relation and the ledger composes under one): the error names both and the two fixes.
+    """
     if neighbouring is not None and neighbouring not in _RELATIONS:
         raise InvalidParameterError(f"neighbouring: expected one of {list(_RELATIONS)}")
     if neighbouring is not None and accountant_rel is not None and neighbouring != accountant_rel:
         raise InvalidParameterError(
-            f"neighbouring: {neighbouring!r} differs from the accountant's {accountant_rel!r}; pass one relation"
+            f"neighbouring: {who} was asked for neighbouring={neighbouring!r} but the accountant= passed "
+            f"was created with neighbouring={accountant_rel!r}"
+            + (" (make_accountant's default)" if accountant_rel == "add_remove" else "")
+            + f"; create the accountant with make_accountant(..., neighbouring={neighbouring!r}), or drop "
+            f"neighbouring= to follow the accountant's {accountant_rel!r}"
+            + (" and pass declared_size= (a public dataset size)" if accountant_rel == "add_remove" else "")
         )
     relation: Neighbouring = (
         "add_remove" if (neighbouring or accountant_rel) == "add_remove" else "replace_one"
@@ -552,6 +565,21 @@ def _relation(
     return relation
 
 
+def relation_origin(neighbouring: str | None, accountant_rel: Neighbouring | None) -> str:
+    """Where an add/remove relation came from, for errors that ask for ``declared_size=``.
+
+    Empty when ``neighbouring`` was given; otherwise it says that the relation is the accountant's
+    and how to get replace-one (with a public n) instead.
+    """
+    if neighbouring is not None or accountant_rel != "add_remove":
+        return ""
+    return (
+        " (the add/remove relation comes from the accountant= passed, created with "
+        "neighbouring='add_remove', make_accountant's default; for replace-one neighbours with a "
+        "public n, create it with make_accountant(..., neighbouring='replace_one'))"
+    )
+
+
 def _add_remove_options(
     name: str,
     spec: MethodSpec,
@@ -560,6 +588,7 @@ def _add_remove_options(
     options: dict[str, Any],
     max_iter: int | None,
     declared_size: int | None,
+    origin: str = "",
 ) -> tuple[dict[str, Any], int | None]:
     """DP-SGD's unset options under add/remove, from the declared size and bounds only (never the data's n)."""
     if "add_remove" in spec.neighbouring and "declared_size" in spec.options():
@@ -567,7 +596,7 @@ def _add_remove_options(
         if declared_size is None and options.get("declared_size") is None:
             raise InvalidParameterError(
                 f"neighbouring='add_remove': the data's size is private; method {name!r} needs declared_size= "
-                "(a public dataset size)"
+                f"(a public dataset size){origin}"
             )
         if declared_size is not None:
             options["declared_size"] = declared_size
@@ -581,7 +610,7 @@ def _add_remove_options(
         )
         raise InvalidParameterError(
             f"neighbouring: method {name!r} is analysed under neighbouring='replace_one' only (it uses the data's "
-            f"size, private under add/remove); methods with an add/remove analysis: {ok}"
+            f"size, private under add/remove); methods with an add/remove analysis: {ok}{origin}"
         )
     if "sampling_rate" in options:
         if declared_size is not None:
@@ -590,7 +619,7 @@ def _add_remove_options(
     if declared_size is None:
         raise InvalidParameterError(
             "neighbouring='add_remove': the data's size is private, so the sampling rate cannot come from it; "
-            "pass declared_size= (a public dataset size) or sampling_rate= and batch_size="
+            f"pass declared_size= (a public dataset size) or sampling_rate= and batch_size={origin}"
         )
     if (
         isinstance(declared_size, bool)
