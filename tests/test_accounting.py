@@ -33,6 +33,7 @@ from dpopt.accounting import (
 )
 from dpopt.exceptions import (
     BudgetExceededError,
+    DPOptError,
     InvalidParameterError,
     PrivacyClaimWarning,
     UnsupportedEventError,
@@ -398,3 +399,25 @@ def test_extreme_parameters_refuse_or_answer_fast() -> None:
         GaussianMechanism.calibrate(Budget(1e300, 0.0359), 1e300)
     with pytest.raises(InvalidParameterError, match="σ"):
         GaussianMechanism.calibrate(Budget(1e-3, 1e-5), 1e308)  # σ overflows
+
+
+def test_a_consumed_prepaid_plan_cannot_run_again() -> None:
+    """Planted reuse: one paid commit, then the same plan in three prepaid blocks (issue 26)."""
+    from dpopt.accounting import LaplaceEvent, commit
+    from dpopt.accounting.commit import plan_of, prepaid
+
+    acct = make_accountant("pld", budget=Budget(10.0), neighbouring="replace_one")
+    draws: list[int] = []
+
+    def run() -> None:
+        commit(LaplaceEvent(1.0), budget=Budget(1.0), neighbouring="replace_one", accountant=acct)
+        draws.append(1)  # stands for the noise drawn after the commit
+
+    planned = plan_of(run)
+    commit(planned.event, budget=Budget(1.0), neighbouring="replace_one", accountant=acct)  # paid once
+    with prepaid([planned]):
+        run()
+    for _ in range(2):
+        with pytest.raises(DPOptError, match="already consumed"), prepaid([planned]):
+            run()
+    assert len(draws) == 1 and len(acct.ledger) == 1  # one release drawn, one recorded

@@ -116,6 +116,9 @@ def test_prepaid_refuses_a_release_outside_the_plan_and_planning_charges_nothing
     with prepaid([planned]):
         run(Budget(0.5, 1e-6))  # the planned release: checked, not charged again
     assert len(acct.ledger) == 0
+    with pytest.raises(DPOptError, match="already consumed"), prepaid([planned]):
+        run(Budget(0.5, 1e-6))  # planted: the plan paid for once, run a second time
+    planned = plan_of(lambda: run(Budget(0.5, 1e-6)))
     with prepaid([planned]), pytest.raises(DPOptError, match="not part of the committed plan"):
         run(Budget(0.6, 1e-6))  # planted: a larger release than the one paid for
     with pytest.raises(DPOptError, match="without committing"):

@@ -52,14 +52,28 @@ _CHARGING_LOCK = threading.Lock()
 _MODE = threading.local()
 
 
+class _Use:
+    """Whether a :class:`PlannedRelease` was handed to a :func:`prepaid` block (mutable, shared)."""
+
+    __slots__ = ("used",)
+
+    def __init__(self) -> None:
+        self.used = False
+
+
 @dataclasses.dataclass(frozen=True)
 class PlannedRelease:
-    """What a run would pay for, captured by :func:`plan_of` before anything is drawn."""
+    """What a run would pay for, captured by :func:`plan_of` before anything is drawn.
+
+    A planned release is paid for once (by the caller's one :func:`commit` of the larger plan) and
+    may run once: handing it to a second :func:`prepaid` block raises.
+    """
 
     event: PrivacyEvent
     budget: Budget | None  # None: a single mechanism's charge (no budget of its own)
     neighbouring: Neighbouring | None  # None: charged without an accountant
     kind: str
+    _use: _Use = dataclasses.field(default_factory=_Use, compare=False, repr=False)
 
 
 class _PlanCaptured(BaseException):
@@ -100,10 +114,26 @@ def prepaid(releases: Sequence[PlannedRelease]) -> Iterator[None]:
     :func:`charge`) of the runs is checked against the next planned release -- same event, budget,
     relation and accountant kind -- and is not charged a second time.  A release that is not the
     next planned one raises :class:`~dpopt.exceptions.DPOptError` before its noise is drawn.
+
+    The releases are consumed on entry, whether or not the block runs them all: a plan paid for
+    once cannot run in a second block (that would draw noise again for one ledger entry), so
+    passing a release that already entered a block raises :class:`~dpopt.exceptions.DPOptError`
+    before anything runs.  Plan and commit again to run again.
     """
     if getattr(_MODE, "value", None) is not None:
         raise DPOptError("internal error: nested planning/prepaid blocks are not supported")
-    _MODE.value = list(releases)
+    pending = list(releases)
+    if not all(isinstance(r, PlannedRelease) for r in pending):
+        raise InvalidParameterError("releases: expected PlannedRelease objects (from plan_of)")
+    if any(r._use.used for r in pending):
+        raise DPOptError(
+            "prepaid: a planned release was already consumed by an earlier prepaid block; a plan is paid "
+            "for once and runs once (refused before any noise was drawn): plan it again with plan_of() "
+            "and commit the new plan"
+        )
+    for r in pending:
+        r._use.used = True
+    _MODE.value = pending
     try:
         yield
     finally:
