@@ -421,3 +421,13 @@ def test_a_consumed_prepaid_plan_cannot_run_again() -> None:
         with pytest.raises(DPOptError, match="already consumed"), prepaid([planned]):
             run()
     assert len(draws) == 1 and len(acct.ledger) == 1  # one release drawn, one recorded
+
+
+def test_a_budget_with_delta_at_least_one_half_warns() -> None:
+    from dpopt.exceptions import LargeDeltaWarning
+
+    with pytest.warns(LargeDeltaWarning, match="at least 0.5"):
+        Budget(1.0, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Budget(1.0, 0.49).delta == 0.49  # below 1/2 the size decides (front doors that know n)

@@ -261,3 +261,37 @@ def test_a_default_relation_follows_the_accountant_and_the_size_error_says_so() 
             rng=0,
             neighbouring="replace_one",
         )
+
+
+# --- δ against the public n (issue 26) -----------------------------------------------------------
+
+
+def test_delta_at_least_one_over_the_public_n_warns_once_and_never_reads_the_private_size() -> None:
+    import warnings
+
+    from dpopt.exceptions import LargeDeltaWarning
+    from dpopt.problems import DataBounds, ERMProblem
+    from dpopt.solvers import minimize
+
+    X, y = _relation_data()  # 200 rows
+    X, y = X[:50], y[:50]
+    for est in _relation_estimators(clip=True):
+        if est.delta == 0:
+            continue
+        est.set_params(delta=0.1)
+        with pytest.warns(LargeDeltaWarning, match=r"n=50 \(the number of rows") as caught:
+            est.fit(X, y)
+        assert sum(issubclass(w.category, LargeDeltaWarning) for w in caught) == 1  # once per fit
+    prob = ERMProblem("logistic", DataBounds(1.0, clip=True), None)
+    ys = np.where(y > 0, 1.0, -1.0)
+    with pytest.warns(LargeDeltaWarning, match="minimize: delta=0.1"):
+        minimize(prob, X, ys, budget=(1.0, 0.1), rng=0)
+    add_remove = {"neighbouring": "add_remove", "rng": 0}
+    with pytest.warns(LargeDeltaWarning, match=r"n=1000 \(declared_size\)"):
+        minimize(prob, X, ys, budget=(1.0, 0.1), declared_size=1000, **add_remove)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LargeDeltaWarning)
+        # add/remove: only the declared size counts (0.1 < 1/5), never the data's 50 rows
+        minimize(prob, X, ys, budget=(1.0, 0.1), declared_size=5, **add_remove)
+        minimize(prob, X, ys, budget=(1.0, 0.1), sampling_rate=0.5, batch_size=25, **add_remove)
+        minimize(prob, X, ys, budget=(1.0, 0.01), rng=0)  # 0.01 < 1/50

@@ -32,6 +32,7 @@ from dpopt._validation import (
     numeric_or_refuse,
 )
 from dpopt.accounting import Accountant, Budget, Neighbouring
+from dpopt.accounting.delta import delta_size_checked
 from dpopt.exceptions import (
     DPOptError,
     InvalidParameterError,
@@ -48,6 +49,7 @@ from dpopt.solvers.minimize import (
     pure_logistic_op_options,
     relation_origin,
     resolve_relation,
+    warn_delta_size,
 )
 from dpopt.solvers.private_selection import (
     Candidate,
@@ -203,8 +205,14 @@ class _DPLinearModel(BaseEstimator):
         """Empty, or why the relation is add/remove (the accountant's), for declared_size errors."""
         return relation_origin(self.neighbouring, getattr(self.accountant, "neighbouring", None))
 
+    def _fit_checked(self, X: Any, y: NDArray[np.float64]) -> OptimizeResult:
+        """Check the relation and δ against the public n once, then fit (inner calls stay silent)."""
+        relation = self._check_relation()
+        warn_delta_size(self._budget(), relation, X.shape[0], self.declared_size, type(self).__name__, 5)
+        with delta_size_checked():
+            return self._fit_problem(X, y)
+
     def _fit_problem(self, X: Any, y: NDArray[np.float64]) -> OptimizeResult:
-        self._check_relation()
         if self.clip and self.fit_intercept and self.norm == "l2":
             # clip the features to feature_norm first, so the intercept column stays exact
             X = DataBounds(self.feature_norm, "l2", clip=True).enforce(X, None, label_required=False)[0]
@@ -507,7 +515,7 @@ class DPLogisticRegression(ClassifierMixin, _DPLinearModel):
                 f"{self.classes_.size} classes"
             )
         ys = np.where(y == self.classes_[1], 1.0, -1.0)
-        self._store(self._fit_problem(X, ys))
+        self._store(self._fit_checked(X, ys))
         return self
 
     def decision_function(self, X: Any) -> NDArray[np.float64]:
@@ -550,7 +558,7 @@ class _DPRegressor(RegressorMixin, _DPLinearModel):
         yv = as_float_array(y, "y")
         if self.clip:
             yv = np.clip(yv, -self.label_bound, self.label_bound)
-        self._store(self._fit_problem(X, yv))
+        self._store(self._fit_checked(X, yv))
         return self
 
     def predict(self, X: Any) -> NDArray[np.float64]:
@@ -718,7 +726,6 @@ class DPLinearRegression(_DPRegressor):
         return "dp_frank_wolfe"
 
     def _fit_problem(self, X: Any, y: NDArray[np.float64]) -> OptimizeResult:
-        self._check_relation()
         if (
             self.solver != "auto"
             or self._budget() == "non-private"

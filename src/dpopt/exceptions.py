@@ -253,3 +253,17 @@ class PrivacyClaimWarning(UserWarning):
 
     The computation still runs (for reproduction), but the reported privacy is the true figure.
     """
+
+
+class LargeDeltaWarning(PrivacyClaimWarning):
+    """δ is too large for the data set's (public or declared) size to mean anything.
+
+    The mechanism that publishes each record in the clear with probability δ is (0, δ)-DP, so a
+    guarantee with δ >= 1/n allows exposing about δ·n >= 1 whole records.  Issued by
+    :class:`~dpopt.accounting.Budget` for δ >= 1/2 (void for every data set of two or more records)
+    and by the front doors that know n (replace-one: n is public; add/remove: ``declared_size`` only,
+    never the private size).  The computation runs as asked; its calibration does not depend on n.
+    """
+
+
+__all__ += ["LargeDeltaWarning"]

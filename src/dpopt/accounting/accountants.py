@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 from dpopt._validation import check_int, check_positive, check_probability
 from dpopt.accounting._dpa import dp_accounting, pld_common, pld_lib  # imported on first use
 from dpopt.accounting._dpa import rdp as _dpa_rdp
+from dpopt.accounting.delta import MAX_MEANINGFUL_DELTA
 from dpopt.accounting.events import (
     ComposedEvent,
     EpsilonDeltaEvent,
@@ -42,6 +43,7 @@ from dpopt.exceptions import (
     NON_PRIVATE_HINT,
     BudgetExceededError,
     InvalidParameterError,
+    LargeDeltaWarning,
     PrivacyClaimWarning,
     UnsupportedEventError,
 )
@@ -75,6 +77,10 @@ MAX_EPSILON = 1e6
 class Budget:
     """A privacy budget (ε, δ).  0 < ε <= 1e6 (:data:`MAX_EPSILON`); 0 <= δ < 1.
 
+    δ >= 1/2 (:data:`dpopt.accounting.delta.MAX_MEANINGFUL_DELTA`) is accepted with a
+    :class:`~dpopt.exceptions.LargeDeltaWarning`: it is at least 1/n for every data set of two or more
+    records (see :mod:`dpopt.accounting.delta`).
+
     Examples
     --------
     >>> print(Budget(1.0, 1e-5))
@@ -95,6 +101,14 @@ class Budget:
                 hint=NON_PRIVATE_HINT,
             )
         object.__setattr__(self, "delta", check_probability(self.delta, "delta"))
+        if self.delta >= MAX_MEANINGFUL_DELTA:
+            warnings.warn(
+                f"delta: {self.delta:g} is at least {MAX_MEANINGFUL_DELTA:g}, hence at least 1/n for every data "
+                "set of two or more records: the guarantee allows publishing whole records in the clear; use "
+                "delta well below 1/n",
+                LargeDeltaWarning,
+                stacklevel=3,
+            )
 
     def __str__(self) -> str:
         return f"(ε={self.epsilon:g}, δ={self.delta:g})"

@@ -22,6 +22,7 @@ from dpopt.accounting import (
     check_caller_accountant,
     commit,
 )
+from dpopt.accounting.delta import warn_if_delta_exceeds_size
 from dpopt.exceptions import DPOptError, InvalidParameterError
 from dpopt.problems import ERMProblem, L1Ball, L2Ball, Polytope, Simplex, SquaredLoss, VertexSet
 from dpopt.randomness import RNGLike
@@ -484,6 +485,7 @@ def minimize(
     rel = accountant.neighbouring if isinstance(accountant, Accountant) else None
     relation = resolve_relation(neighbouring, rel, declared_size)
     origin = relation_origin(neighbouring, rel)
+    warn_delta_size(budget, relation, _n_rows(X), declared_size or options.get("declared_size"), "minimize")
     if relation == "add_remove":  # vertex polytopes: Frank-Wolfe normalised by the declared size
         name = _auto_add_remove_method(problem, budget) if method == "auto" else _ALIASES.get(method, method)
     else:
@@ -578,6 +580,26 @@ def relation_origin(neighbouring: str | None, accountant_rel: Neighbouring | Non
         "neighbouring='add_remove', make_accountant's default; for replace-one neighbours with a "
         "public n, create it with make_accountant(..., neighbouring='replace_one'))"
     )
+
+
+def warn_delta_size(
+    budget: Any, relation: Neighbouring, n_rows: int, declared_size: Any, who: str, stacklevel: int = 4
+) -> None:
+    """Warn when δ >= 1/n for the *public* n: the rows under replace-one, ``declared_size`` under
+    add/remove (the private size is never read; no declared size, no check)."""
+    if isinstance(budget, Budget):
+        delta = budget.delta
+    elif isinstance(budget, tuple) and len(budget) == 2 and isinstance(budget[1], numbers.Real):
+        delta = float(budget[1])  # (ε, δ): validated (and refused if wrong) by the solver
+    else:
+        return
+    if relation == "add_remove":
+        ok = isinstance(declared_size, numbers.Integral) and not isinstance(declared_size, bool)
+        n = int(declared_size) if ok and declared_size >= 1 else None
+        size = "declared_size"
+    else:
+        n, size = n_rows, "the number of rows, public under replace-one"
+    warn_if_delta_exceeds_size(delta, n, who=who, size=size, stacklevel=stacklevel)
 
 
 def _add_remove_options(
