@@ -159,3 +159,37 @@ def test_topology_pickles() -> None:
     for t in (ring(5), complete(7), erdos_renyi(20, 0.3, rng=0)):
         u = pickle.loads(pickle.dumps(t))
         assert u.name == t.name and np.array_equal(u.degrees, t.degrees) and u.is_complete == t.is_complete
+
+
+def test_huge_topologies_are_refused_before_anything_is_allocated() -> None:
+    """ring(10**10) and complete(10**12).degrees used to raise a raw MemoryError, random_geometric(10**8,
+    1e-4) to run for minutes and PrivateADMM(ring(10**7)) to refuse only after building the ring."""
+    from dpopt.distributed import topology
+    from dpopt.distributed.admm import PrivateADMM
+
+    too_many = [
+        lambda: ring(10**10),
+        lambda: complete(10**12).degrees,
+        lambda: random_geometric(10**8, 1e-4, rng=0),
+        lambda: PrivateADMM(ring(10**7)),
+        lambda: grid(10**4, 10**3),
+        lambda: star(10**7),
+        lambda: from_edges(10**7, [(0, 1)]),
+    ]
+    for build in too_many:
+        with pytest.raises(InvalidParameterError, match="MAX_NODES"):
+            build()
+    # within the node cap, the expected edges decide (estimated from n and p or the radius)
+    for dense in (lambda: random_geometric(10**6, 0.5, rng=0), lambda: erdos_renyi(10**6, 0.9, rng=0)):
+        with pytest.raises(InvalidParameterError, match="expected edges.*would need"):
+            dense()
+    with pytest.raises(InvalidParameterError, match="at most 0 chords"):
+        ring_with_chords(3, 1, rng=0)
+    # the cap is read at call time: raising it deliberately lets the memory estimate decide
+    old = topology.MAX_NODES
+    try:
+        topology.MAX_NODES = 10**13
+        with pytest.raises(InvalidParameterError, match="would need"):
+            ring(10**12)
+    finally:
+        topology.MAX_NODES = old

@@ -15,6 +15,7 @@ engines of :mod:`dpopt.distributed.engines`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -30,7 +31,11 @@ from dpopt.exceptions import InvalidParameterError
 from dpopt.randomness import RNGLike, as_generator
 
 __all__ = [
+    "BYTES_PER_EDGE",
+    "BYTES_PER_NODE",
+    "MAX_NODES",
     "Topology",
+    "check_topology_size",
     "complete",
     "erdos_renyi",
     "from_edges",
@@ -45,6 +50,43 @@ __all__ = [
 
 IntArray = NDArray[np.int64]
 Array = NDArray[np.float64]
+
+#: Most nodes a constructor builds (read at call time: set ``dpopt.distributed.topology.MAX_NODES``
+#: to build larger graphs deliberately).  Every topology in dpopt is a network simulated in one process
+#: or on a few workers: :class:`~dpopt.distributed.admm.PrivateADMM` solves one local problem per node
+#: and round and keeps (T, N) per-round tables of 64·T·N bytes -- 6.4 GB at N = 10^6 and its default
+#: T = 100 rounds, over a quarter of a 24 GiB machine before any data -- so a larger network cannot be
+#: run here, while building its graph alone costs ~:data:`BYTES_PER_EDGE` bytes per edge
+#: (``ring(10**7)``: 1.9 GB and 18 s before any run could refuse).
+MAX_NODES = 1_000_000
+#: Peak bytes per undirected edge while a :class:`Topology` is built (the given and canonical edge
+#: lists, both directions, their sort order, the CSR index, the component labelling): measured
+#: ~190 bytes (1.88 GB peak resident memory for ``ring(10**7)``), rounded up.
+BYTES_PER_EDGE = 200
+#: Peak bytes per node (degree counts, CSR pointers, components; point coordinates and k-d tree for
+#: :func:`random_geometric`).
+BYTES_PER_NODE = 64
+
+
+def check_topology_size(n_nodes: int, n_edges: float, name: str) -> None:
+    """Refuse up front (before any allocation) a graph of more than :data:`MAX_NODES` nodes or whose
+    construction would need more than half of this machine's memory (``n_edges``: expected count).
+
+    Raises
+    ------
+    InvalidParameterError
+        Naming the constructor, the limit and how to change it.
+    """
+    if n_nodes > MAX_NODES:
+        raise InvalidParameterError(
+            f"{name}: {n_nodes} nodes is more than MAX_NODES = {MAX_NODES} (no network of that size can be "
+            "simulated here); use fewer nodes, or raise dpopt.distributed.topology.MAX_NODES deliberately"
+        )
+    check_memory(
+        BYTES_PER_EDGE * float(n_edges) + BYTES_PER_NODE * float(n_nodes),
+        f"{name}: building the graph ({float(n_edges):.3g} expected edges)",
+        fix="use fewer nodes or a sparser graph",
+    )
 
 
 class Topology:
@@ -83,6 +125,7 @@ class Topology:
         self, n_nodes: int, edges: Any = None, name: str = "graph", *, _complete: bool = False
     ) -> None:
         n = check_int(n_nodes, "n_nodes", minimum=2)
+        check_topology_size(n, 0 if _complete or edges is None else int(np.size(edges)) // 2, str(name))
         set_ = object.__setattr__
         set_(self, "n_nodes", n)
         set_(self, "name", str(name))
@@ -321,12 +364,14 @@ def from_edges(n_nodes: int, edges: Iterable[Sequence[int]] | NDArray[Any], *, n
 def complete(n_nodes: int) -> Topology:
     """The complete graph K_N (every pair connected), represented implicitly (O(1) memory)."""
     n = check_int(n_nodes, "n_nodes", minimum=2)
+    check_topology_size(n, 0, f"complete({n})")  # implicit, but degrees and neighbours are O(N)
     return Topology(n, None, f"complete({n})", _complete=True)
 
 
 def ring(n_nodes: int) -> Topology:
     """The cycle 0-1-…-(N-1)-0 (for N = 2: a single edge)."""
     n = check_int(n_nodes, "n_nodes", minimum=2)
+    check_topology_size(n, n, f"ring({n})")
     i = np.arange(n)
     e = np.stack([i, (i + 1) % n], axis=1)
     if n == 2:
@@ -336,9 +381,14 @@ def ring(n_nodes: int) -> Topology:
 
 def ring_with_chords(n_nodes: int, n_chords: int, *, rng: RNGLike) -> Topology:
     """The ring plus ``n_chords`` distinct random chords (edges not already in the ring)."""
-    base = ring(n_nodes)
-    n = base.n_nodes
     k = check_int(n_chords, "n_chords", minimum=0)
+    n = check_int(n_nodes, "n_nodes", minimum=2)
+    if k > max(0, n * (n - 1) // 2 - n):  # the pairs that are not ring edges (checked again below)
+        raise InvalidParameterError(
+            f"n_chords: at most {max(0, n * (n - 1) // 2 - n)} chords fit in a ring of {n} nodes"
+        )
+    check_topology_size(n, n + k, f"ring_with_chords({n}, {k})")
+    base = ring(n)
     # the free pairs (not ring edges) in upper-triangle row-major order, indexed without listing them:
     # row 0 holds j = 2..n-2, row i >= 1 holds j = i+2..n-1
     counts = (
@@ -358,6 +408,7 @@ def ring_with_chords(n_nodes: int, n_chords: int, *, rng: RNGLike) -> Topology:
 def star(n_nodes: int) -> Topology:
     """Node 0 connected to every other node."""
     n = check_int(n_nodes, "n_nodes", minimum=2)
+    check_topology_size(n, n - 1, f"star({n})")
     j = np.arange(1, n)
     return Topology(n, np.stack([np.zeros_like(j), j], axis=1), f"star({n})")
 
@@ -368,6 +419,7 @@ def grid(n_rows: int, n_cols: int) -> Topology:
     c_ = check_int(n_cols, "n_cols")
     if r_ * c_ < 2:
         raise InvalidParameterError("grid: needs at least 2 nodes")
+    check_topology_size(r_ * c_, 2 * r_ * c_, f"grid({r_}x{c_})")
     ids = np.arange(r_ * c_).reshape(r_, c_)
     horiz = np.stack([ids[:, :-1].ravel(), ids[:, 1:].ravel()], axis=1)
     vert = np.stack([ids[:-1, :].ravel(), ids[1:, :].ravel()], axis=1)
@@ -401,7 +453,7 @@ def erdos_renyi(n_nodes: int, p: float, *, rng: RNGLike, max_tries: int = 1000) 
     n = check_int(n_nodes, "n_nodes", minimum=2)
     prob = check_probability(p, "p", open_left=True, open_right=False)
     g = as_generator(rng)
-    check_memory(24.0 * prob * n * (n - 1) / 2, f"erdos_renyi({n}, {prob:g}): the edge list", fix="lower p")
+    check_topology_size(n, prob * n * (n - 1) / 2, f"erdos_renyi({n}, {prob:g})")
 
     def draw() -> IntArray:
         # the same uniforms as one draw over the upper triangle in row-major order, taken row block by
@@ -432,6 +484,8 @@ def random_geometric(n_nodes: int, radius: float, *, rng: RNGLike, max_tries: in
     """
     n = check_int(n_nodes, "n_nodes", minimum=2)
     r = check_positive(radius, "radius")
+    # a pair is an edge with probability at most π r² (less near the square's border)
+    check_topology_size(n, min(1.0, math.pi * r * r) * n * (n - 1) / 2, f"random_geometric({n}, {r:g})")
     g = as_generator(rng)
 
     def draw() -> IntArray:
