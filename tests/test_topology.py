@@ -181,7 +181,7 @@ def test_huge_topologies_are_refused_before_anything_is_allocated() -> None:
             build()
     # within the node cap, the expected edges decide (estimated from n and p or the radius)
     for dense in (lambda: random_geometric(10**6, 0.5, rng=0), lambda: erdos_renyi(10**6, 0.9, rng=0)):
-        with pytest.raises(InvalidParameterError, match="expected edges.*would need"):
+        with pytest.raises(InvalidParameterError, match=r"expected edges.*would need"):
             dense()
     with pytest.raises(InvalidParameterError, match="at most 0 chords"):
         ring_with_chords(3, 1, rng=0)
