@@ -17,6 +17,7 @@ from dpopt.datasets import make_logistic
 from dpopt.distributed.admm import PrivateADMM, geometric
 from dpopt.distributed.checkpoint import CheckpointError, RunStore
 from dpopt.distributed.topology import ring
+from dpopt.exceptions import InvalidParameterError
 from dpopt.ledger import Ledger
 
 
@@ -118,6 +119,7 @@ def test_a_changed_release_stops_the_resumed_run(tmp_path) -> None:
 _DRIVER = """
 import sys, time
 from dpopt.datasets import make_logistic
+from dpopt.exceptions import InvalidParameterError
 from dpopt.ledger import Ledger
 from dpopt.distributed.admm import PrivateADMM, geometric
 from dpopt.distributed.topology import ring
@@ -181,3 +183,17 @@ def test_secure_run_resumes_after_a_driver_sigkill(tmp_path, engine) -> None:
     for r, m in before.items():  # round 9 was replayed with the stored key: the same message
         assert np.array_equal(after[r], m)
     assert np.array_equal(np.stack([after[r] for r in range(41)]), res.models_history)
+
+
+def test_bad_checkpoint_settings_are_refused_by_name(tmp_path) -> None:
+    alg, data = _setup(max_iter=3)
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    with pytest.raises(InvalidParameterError, match=r"checkpoint_dir: .* is a file, not a directory"):
+        alg.run(data, rng=0, checkpoint_dir=afile)
+    with pytest.raises(InvalidParameterError, match="checkpoint_dir: cannot create the directory"):
+        alg.run(data, rng=0, checkpoint_dir=afile / "sub")
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InvalidParameterError, match=r"checkpoint_every: .*pass None to disable"):
+            alg.run(data, rng=0, checkpoint_every=bad)  # type: ignore[arg-type]
+    assert alg.run(data, rng=0, checkpoint_every=None).models.shape[0] == 4  # None: no periodic checkpoint

@@ -211,3 +211,21 @@ def test_site_loader_error_names_the_site(driver_pid, workers) -> None:
     sites = [*_sites()[:3], Site("broken", loader="site_loaders:no_such_function")]
     with pytest.raises(EngineError, match="site broken"):
         _alg().run(sites, rng=7, engine=workers)
+
+
+def test_npz_with_object_or_unreadable_arrays_names_the_file_and_key(tmp_path) -> None:
+    x = np.zeros((3, 2))
+    secret = np.array([{"patient": "value-123"}, 1.5, 2.5], dtype=object)
+    np.savez(tmp_path / "obj.npz", X=x, y=secret)  # an object array: loading it would unpickle
+    with pytest.raises(
+        InvalidParameterError, match=r"site o: obj\.npz: array 'y' is an object array"
+    ) as info:
+        load_site(Site("o", loader=str(tmp_path / "obj.npz")))
+    assert "value-123" not in str(info.value) and "1.5" not in str(info.value)
+    (tmp_path / "junk.npz").write_bytes(b"not an archive")
+    with pytest.raises(InvalidParameterError, match=r"site j: junk\.npz is not a readable \.npz"):
+        load_site(Site("j", loader=str(tmp_path / "junk.npz")))
+    np.save(tmp_path / "single.npy", x)
+    os.replace(tmp_path / "single.npy", tmp_path / "single.npz")
+    with pytest.raises(InvalidParameterError, match=r"must be an \.npz with arrays"):
+        load_site(Site("s", loader=str(tmp_path / "single.npz")))

@@ -795,7 +795,7 @@ class PrivateADMM:
         engine: str | Engine = "inprocess",
         n_shards: int | None = None,
         record_models: bool = False,
-        checkpoint_every: int = 10,
+        checkpoint_every: int | None = 10,
         max_recoveries: int = 3,
         callback: Callback | None = None,
         accountant: Accountant | None = None,
@@ -835,8 +835,10 @@ class PrivateADMM:
             sites: the number of site groups).
         record_models : bool, default False
             Keep every released f_i(t) in ``models_history``.
-        checkpoint_every : int, default 10
-            Rounds between per-shard checkpoints (in memory, and in ``checkpoint_dir`` when given);
+        checkpoint_every : int or None, default 10
+            Rounds between per-shard checkpoints (in memory, and in ``checkpoint_dir`` when given;
+            None: no periodic checkpoint, recovery replays from where the run started; 0 or less is
+            refused);
             after a worker failure or a worker that stops answering (see the engines' ``timeout``)
             the run restarts the workers from the last checkpoint and replays (bit-identically), at
             most ``max_recoveries`` times, else raises
@@ -885,6 +887,15 @@ class PrivateADMM:
         n = topo.n_nodes
         if checkpoint_log not in ("messages", "digests"):
             raise InvalidParameterError("checkpoint_log: must be 'messages' or 'digests'")
+        if checkpoint_every is not None and (
+            isinstance(checkpoint_every, bool)
+            or not isinstance(checkpoint_every, int)
+            or checkpoint_every < 1
+        ):
+            raise InvalidParameterError(
+                "checkpoint_every: must be a positive number of rounds; pass None to disable periodic "
+                "checkpoints (a failed worker then replays from where the run started)"
+            )
         full_log = checkpoint_log == "messages"
         sites = as_sites(data)
         xb = self._consts.feature_norm

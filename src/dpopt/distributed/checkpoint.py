@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dpopt.exceptions import DPOptError
+from dpopt.exceptions import DPOptError, InvalidParameterError
 
 __all__ = ["CheckpointError", "RunStore", "fingerprint_arrays"]
 
@@ -110,7 +110,17 @@ class RunStore:
 
     def __init__(self, directory: str | os.PathLike[str], config: dict[str, Any], *, resume: bool) -> None:
         self.path = Path(directory)
-        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.path.exists() and not self.path.is_dir():
+            raise InvalidParameterError(
+                f"checkpoint_dir: {str(self.path)!r} is a file, not a directory; pass a directory (created "
+                "when missing) or None for no run directory"
+            )
+        try:
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:  # a parent that is a file, no permission, read-only file system
+            raise InvalidParameterError(
+                f"checkpoint_dir: cannot create the directory {str(self.path)!r} ({exc.strerror or type(exc).__name__})"
+            ) from None
         self._meta_path = self.path / "run.json"
         self._key_path = self.path / "key"
         self._state_path = self.path / "state.npz"

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
+import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,16 +128,42 @@ def _read_file(site: Site) -> tuple[Any, Any]:
     if not path.is_file():
         raise InvalidParameterError(f"site {site.name}: the data file {str(path)!r} does not exist here")
     if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as z:
-            if "X" not in z or "y" not in z:
-                raise InvalidParameterError(f"site {site.name}: {path.name} must hold arrays 'X' and 'y'")
-            return np.array(z["X"]), np.array(z["y"])
+        return _read_npz(site, path)
     if path.suffix == ".csv":
         table = parse_numeric_table(path.read_text(), f"site {site.name} ({path.name})", delimiter=",")
         if table.shape[1] < 2:
             raise InvalidParameterError(f"site {site.name}: {path.name} needs features and a label column")
         return table[:, :-1], table[:, -1]
     raise InvalidParameterError(f"site {site.name}: data files must be .npz or .csv")
+
+
+def _read_npz(site: Site, path: Path) -> tuple[Any, Any]:
+    """Arrays ``X`` and ``y`` of a ``.npz`` without unpickling; errors name the file and key only."""
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, zipfile.BadZipFile):  # not an .npz archive (or a pickle)
+        raise InvalidParameterError(
+            f"site {site.name}: {path.name} is not a readable .npz archive (write it with numpy.savez)"
+        ) from None
+    if not isinstance(z, np.lib.npyio.NpzFile):  # a single .npy renamed to .npz
+        raise InvalidParameterError(f"site {site.name}: {path.name} must be an .npz with arrays 'X' and 'y'")
+    with z:
+        if "X" not in z or "y" not in z:
+            raise InvalidParameterError(f"site {site.name}: {path.name} must hold arrays 'X' and 'y'")
+        out = []
+        for key in ("X", "y"):
+            try:
+                out.append(np.array(z[key]))
+            except ValueError:  # object (pickled) arrays are refused by allow_pickle=False
+                raise InvalidParameterError(
+                    f"site {site.name}: {path.name}: array {key!r} is an object array (loading it would "
+                    "unpickle); store numeric arrays, e.g. numpy.savez(path, X=X.astype(float), y=y.astype(float))"
+                ) from None
+            except (OSError, zipfile.BadZipFile, EOFError):
+                raise InvalidParameterError(
+                    f"site {site.name}: {path.name}: array {key!r} cannot be read (corrupt archive)"
+                ) from None
+        return out[0], out[1]
 
 
 def load_site(site: Site, *, binary_labels: bool = True) -> tuple[Array, Array]:
