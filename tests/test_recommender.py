@@ -256,3 +256,24 @@ def test_mean_only_model_fold_in_and_save_load(tmp_path: Path) -> None:
         MFRecommender(rank=2, bias="items").fit(train)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="bias"):
         tune(train, ranks=(2,), l2s=(1.0,), biases=(True, "none"))  # type: ignore[arg-type]
+
+
+def test_engine_is_an_estimator_parameter_checked_in_fit() -> None:
+    from sklearn.base import clone
+
+    train, _ = split_ratings(shifted(60, 40, 2, 0.4, rng=6), 0.2, rng=0)
+    m = MFRecommender(rank=2, l2=1.0, solver="als_distributed", max_iter=3, rng=0, engine="processes")
+    assert m.get_params()["engine"] == "processes" and clone(m).engine == "processes"  # stored as given
+    m.fit(train)
+    assert m.result_ is not None and m.result_.options["engine"] == "processes"
+    with pytest.raises(InvalidParameterError, match="solver='als' runs in this process"):
+        MFRecommender(rank=2, engine="ray").fit(train)  # refused before Ray or the data are touched
+    with pytest.raises(InvalidParameterError, match="engine: must be one of"):
+        MFRecommender(rank=2, solver="hamsi_distributed", engine="spark").fit(train)  # type: ignore[arg-type]
+    with pytest.raises(InvalidParameterError, match="pass engine= only"):
+        MFRecommender(
+            rank=2, solver="als_distributed", engine="inprocess", solver_options={"engine": "processes"}
+        ).fit(train)
+    MFRecommender(rank=2, l2=1.0, max_iter=2, engine="inprocess", rng=0).fit(
+        train
+    )  # in-process solvers: fine

@@ -42,6 +42,7 @@ from dpopt.matrix_factorization import MatrixFactorizationProblem, split_ratings
 from dpopt.randomness import RNGLike, as_generator, spawn
 
 if TYPE_CHECKING:
+    from dpopt.distributed.engines import Engine
     from dpopt.solvers.hamsi import HamsiResult
 
 __all__ = [
@@ -188,9 +189,9 @@ class MFRecommender(BaseEstimator):
         quasi-Newton method (:func:`dpopt.solvers.hamsi.hamsi`), the default before ALS was added.
         ``"als_distributed"``: the same ALS solves on shards of an engine
         (:func:`dpopt.solvers.als.als_distributed`; ``n_shards = n_threads`` unless given in
-        ``solver_options``, e.g. with ``{"engine": "ray"}``).
+        ``solver_options``; where the shards run: ``engine``).
         ``"hamsi_distributed"`` (one shard per thread, ``n_shards = n_threads`` unless given in
-        ``solver_options``, e.g. with ``{"engine": "ray"}``): its warm-up steps are bounded by
+        ``solver_options``; where: ``engine``): its warm-up steps are bounded by
         the data's largest bias curvature and its quasi-Newton steps halved (``beta_floor=2``).
     max_iter : int, default 500
         Maximum number of epochs (ALS: sweeps).
@@ -214,6 +215,11 @@ class MFRecommender(BaseEstimator):
         HAMSI 2.0x faster to within 1 % of the best test RMSE on 2M synthetic ratings than a
         random start, same RMSE on MovieLens 100K on average over seeds, ``docs/mf_peers.md``); a
         number is the standard deviation of random initial factors; ``None`` scales that to the data.
+    engine : {"inprocess", "processes", "ray"}, Engine or None, default None
+        Where the shards of ``"als_distributed"`` and ``"hamsi_distributed"`` run
+        (:mod:`dpopt.distributed.engines`; an :class:`~dpopt.distributed.engines.Engine` instance
+        is used as is and not closed).  ``None``: ``"inprocess"``.  The other solvers run in this
+        process and refuse an engine other than ``None``/``"inprocess"``.  Checked in :meth:`fit`.
     solver_options : dict or None
         Further keywords for the solver (e.g. ``{"spectral_power": 2}`` for ALS,
         ``{"partition": "strata-b"}`` or ``{"memory": 5}`` for HAMSI).
@@ -277,6 +283,7 @@ class MFRecommender(BaseEstimator):
         init_scale: float | Literal["spectral"] | None = "spectral",
         solver_options: dict[str, Any] | None = None,
         rng: RNGLike = None,
+        engine: str | Engine | None = None,
     ) -> None:
         self.rank = rank
         self.l2 = l2
@@ -295,6 +302,7 @@ class MFRecommender(BaseEstimator):
         self.init_scale = init_scale
         self.solver_options = solver_options
         self.rng = rng
+        self.engine = engine
 
     # ------------------------------------------------------------------ fitting
     def fit(self, ratings: Any, validation: Any = None) -> MFRecommender:
@@ -320,6 +328,7 @@ class MFRecommender(BaseEstimator):
             raise InvalidParameterError(
                 "solver: must be 'als', 'als_distributed', 'hamsi', 'mbgd' or 'hamsi_distributed'"
             )
+        opts = self._engine_options(dict(self.solver_options or {}))  # checked before the data
         users, items, values, bounds = _as_triples(ratings)
         if values.shape[0] == 0:
             raise InvalidParameterError("ratings: contains no ratings")
@@ -376,7 +385,6 @@ class MFRecommender(BaseEstimator):
             allow_empty=True,
             l2_weighting=self.l2_weighting,
         )
-        opts = dict(self.solver_options or {})
         common: dict[str, Any] = {
             "max_iter": check_int(self.max_iter, "max_iter", minimum=0),
             "init_scale": self.init_scale,
@@ -603,6 +611,29 @@ class MFRecommender(BaseEstimator):
         self._set_seen(rows.astype(np.int64), cols.astype(np.int64))
         return self
 
+    def _engine_options(self, opts: dict[str, Any]) -> dict[str, Any]:
+        """``solver_options`` with the checked ``engine`` for the distributed solvers."""
+        from dpopt.distributed.engines import ENGINES, Engine
+
+        engine = self.engine
+        if engine is None:
+            return opts  # the solver's default (or solver_options["engine"], as before)
+        if not (isinstance(engine, Engine) or (isinstance(engine, str) and engine in ENGINES)):
+            raise InvalidParameterError(f"engine: must be one of {ENGINES}, an Engine instance or None")
+        if "engine" in opts:
+            raise InvalidParameterError(
+                "engine: given both as engine= and in solver_options; pass engine= only"
+            )
+        if self.solver in ("als_distributed", "hamsi_distributed"):
+            return dict(opts, engine=engine)
+        if engine == "inprocess":
+            return opts
+        name = engine if isinstance(engine, str) else type(engine).__name__
+        raise InvalidParameterError(
+            f"engine: solver={self.solver!r} runs in this process and takes no engine (got {name!r}); use "
+            "solver='als_distributed' or 'hamsi_distributed' to run on an engine"
+        )
+
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the fitted model to one ``.npz`` file (no pickle).
@@ -615,7 +646,9 @@ class MFRecommender(BaseEstimator):
         check ``format`` and ``version``; a new version is issued for any incompatible change.
         """
         self._check_fitted()
-        params = {k: v for k, v in self.get_params().items() if k not in ("rng", "solver_options")}
+        params = {k: v for k, v in self.get_params().items() if k not in ("rng", "solver_options", "engine")}
+        if isinstance(self.engine, str):  # an Engine instance is not saved (a live object)
+            params["engine"] = self.engine
         meta = {
             "format": FORMAT,
             "version": FORMAT_VERSION,
