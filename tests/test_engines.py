@@ -314,3 +314,50 @@ def test_local_ray_cluster_does_not_outlive_a_killed_driver(tmp_path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+@pytest.mark.skipif(not ray_available(), reason="ray is not installed (pip install 'dpopt[ray]')")
+def test_ray_startup_failure_is_an_engine_error_naming_the_timeout(monkeypatch) -> None:
+    import ray
+
+    from dpopt.distributed import _reaper, engines
+    from dpopt.distributed.engines import RayEngine
+
+    monkeypatch.setattr(engines, "RAY_RETRY_PAUSE", 0.05)
+
+    calls: list[str] = []
+
+    def failing_init(**kwargs) -> None:
+        calls.append("init")
+        # what Ray raises when its raylet does not register in 30 s (ray/_private/node.py)
+        raise Exception(
+            "The current node timed out during startup. This could happen because some of the raylet "
+            "failed to startup or the GCS has become overloaded."
+        )
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", failing_init)
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    with pytest.raises(
+        EngineError, match=r"within startup_timeout=0\.2 s .*RayEngine\(startup_timeout="
+    ) as info:
+        RayEngine(startup_timeout=0.2)
+    assert "timed out during startup" in str(info.value)
+    assert calls.count("init") >= 1 and calls.count("shutdown") == calls.count("init")  # each try cleaned up
+    # within the limit a failed start is tried again: here the second try starts
+    tries: list[int] = []
+
+    def flaky_init(**kwargs) -> None:
+        tries.append(1)
+        if len(tries) == 1:
+            failing_init()
+
+    monkeypatch.setattr(ray, "init", flaky_init)
+    monkeypatch.setattr(_reaper, "start_reaper", lambda pids: None)
+    eng = RayEngine(startup_timeout=600)
+    eng.close()
+    assert len(tries) == 2
+    # other errors (e.g. a bad init_kwargs) propagate unchanged
+    monkeypatch.setattr(ray, "init", lambda **kw: (_ for _ in ()).throw(TypeError("unexpected keyword")))
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        RayEngine(init_kwargs={"bogus": 1})

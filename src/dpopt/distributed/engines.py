@@ -655,6 +655,51 @@ class _ShardHost:  # pragma: no cover - runs inside Ray actors
         return os.getpid()
 
 
+#: Seconds between two tries of a failed ``ray.init`` (see :func:`_init_ray`).
+RAY_RETRY_PAUSE = 5.0
+
+
+def _is_ray_startup_failure(exc: BaseException) -> bool:
+    """Ray's own start-up failures: its bare ``Exception`` (``"The current node timed out during
+    startup"``, after a fixed 30 s wait for the raylet), a timeout, or a cluster it cannot reach."""
+    return type(exc) is Exception or isinstance(exc, TimeoutError | ConnectionError)
+
+
+def _init_ray(ray: Any, startup_timeout: float, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` within ``startup_timeout`` seconds, or :class:`EngineError`.
+
+    Ray offers no time limit on ``ray.init``: it waits a fixed 30 s for its node to start and then
+    raises a bare ``Exception``.  A failed start is cleaned up (``ray.shutdown``) and tried again
+    while ``startup_timeout`` has not elapsed (a loaded machine often starts on a later try); then
+    the failure becomes an :class:`EngineError` naming the limit and how to raise it.  Other errors
+    (bad ``init_kwargs``) propagate as they are.
+    """
+    began = time.monotonic()
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:
+            if not _is_ray_startup_failure(exc):
+                raise
+            with contextlib.suppress(Exception):
+                ray.shutdown()  # what the failed start left running
+            remaining = startup_timeout - (time.monotonic() - began)
+            if remaining > 0:
+                time.sleep(min(remaining, RAY_RETRY_PAUSE))  # no busy loop on an immediate failure
+            elapsed = time.monotonic() - began
+            if elapsed < startup_timeout:
+                continue
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise EngineError(
+                f"ray engine: Ray did not start within startup_timeout={startup_timeout:g} s ({tries} "
+                f"tries, {elapsed:.0f} s; Ray said: {first}); on a loaded machine raise the limit, e.g. "
+                "RayEngine(startup_timeout=1200), or use engine='processes'"
+            ) from exc
+
+
 class RayEngine(Engine):
     """One Ray actor per shard; published arrays move actor-to-actor through the object store.
 
@@ -675,7 +720,9 @@ class RayEngine(Engine):
         Extra keyword arguments for ``ray.init``.
     timeout, timeout_floor, startup_timeout : float
         Time limits of the waits on an actor (see :class:`Engine`); an actor that does not answer
-        in time is killed and reported as dead.
+        in time is killed and reported as dead.  ``startup_timeout`` also bounds ``ray.init``: a
+        start that fails (Ray waits a fixed 30 s for its node) is retried until it has elapsed,
+        then :class:`EngineError` is raised.
 
     Notes
     -----
@@ -715,7 +762,7 @@ class RayEngine(Engine):
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             kw.update(init_kwargs or {})
             if address is not None:
-                ray.init(address=address, **kw)
+                _init_ray(ray, self.startup_timeout, address=address, **kw)
             else:
                 cpus = (
                     num_cpus
@@ -725,7 +772,7 @@ class RayEngine(Engine):
                 from dpopt.distributed import _reaper
 
                 before = _reaper.child_pids()
-                ray.init(address="local", num_cpus=cpus, **kw)
+                _init_ray(ray, self.startup_timeout, address="local", num_cpus=cpus, **kw)
                 self._started_ray = True
                 self._reaper = _reaper.start_reaper(_reaper.child_pids() - before)
         self._actor_cls = ray.remote(_ShardHost)
