@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 from dpopt._validation import check_int, check_positive, check_probability
 from dpopt.accounting._dpa import dp_accounting, pld_common, pld_lib  # imported on first use
 from dpopt.accounting._dpa import rdp as _dpa_rdp
-from dpopt.accounting.delta import MAX_MEANINGFUL_DELTA
+from dpopt.accounting.delta import check_budget_delta
 from dpopt.accounting.events import (
     ComposedEvent,
     EpsilonDeltaEvent,
@@ -43,7 +43,6 @@ from dpopt.exceptions import (
     NON_PRIVATE_HINT,
     BudgetExceededError,
     InvalidParameterError,
-    LargeDeltaWarning,
     PrivacyClaimWarning,
     UnsupportedEventError,
 )
@@ -100,15 +99,7 @@ class Budget:
                 param="epsilon",
                 hint=NON_PRIVATE_HINT,
             )
-        object.__setattr__(self, "delta", check_probability(self.delta, "delta"))
-        if self.delta >= MAX_MEANINGFUL_DELTA:
-            warnings.warn(
-                f"delta: {self.delta:g} is at least {MAX_MEANINGFUL_DELTA:g}, hence at least 1/n for every data "
-                "set of two or more records: the guarantee allows publishing whole records in the clear; use "
-                "delta well below 1/n",
-                LargeDeltaWarning,
-                stacklevel=3,
-            )
+        object.__setattr__(self, "delta", check_budget_delta(self.delta))
 
     def __str__(self) -> str:
         return f"(ε={self.epsilon:g}, δ={self.delta:g})"

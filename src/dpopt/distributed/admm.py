@@ -63,7 +63,7 @@ from dpopt.distributed.admm_privacy import (
     primal_privacy_bound,
     public_pp_schedule,
 )
-from dpopt.distributed.checkpoint import CheckpointError, RunStore, fingerprint_arrays
+from dpopt.distributed.checkpoint import CheckpointError, RunStore, check_run_options, fingerprint_arrays
 from dpopt.distributed.engines import Engine, EngineError, make_engine
 from dpopt.distributed.schedules import Schedule, as_schedule, geometric
 from dpopt.distributed.sites import Site, SiteShardSpec, as_sites, make_site_shard, site_groups
@@ -835,10 +835,8 @@ class PrivateADMM:
             sites: the number of site groups).
         record_models : bool, default False
             Keep every released f_i(t) in ``models_history``.
-        checkpoint_every : int or None, default 10
-            Rounds between per-shard checkpoints (in memory, and in ``checkpoint_dir`` when given;
-            None: no periodic checkpoint, recovery replays from where the run started; 0 or less is
-            refused);
+        checkpoint_every : int or None, default 10 (None: no periodic checkpoint; 0 or less is refused)
+            Rounds between per-shard checkpoints (in memory, and in ``checkpoint_dir`` when given);
             after a worker failure or a worker that stops answering (see the engines' ``timeout``)
             the run restarts the workers from the last checkpoint and replays (bit-identically), at
             most ``max_recoveries`` times, else raises
@@ -885,17 +883,8 @@ class PrivateADMM:
         """
         topo = self.topology
         n = topo.n_nodes
-        if checkpoint_log not in ("messages", "digests"):
-            raise InvalidParameterError("checkpoint_log: must be 'messages' or 'digests'")
-        if checkpoint_every is not None and (
-            isinstance(checkpoint_every, bool)
-            or not isinstance(checkpoint_every, int)
-            or checkpoint_every < 1
-        ):
-            raise InvalidParameterError(
-                "checkpoint_every: must be a positive number of rounds; pass None to disable periodic "
-                "checkpoints (a failed worker then replays from where the run started)"
-            )
+        # checkpoint_every: None or a positive int; checkpoint_log: "messages" or "digests"
+        check_run_options(checkpoint_every, checkpoint_log)
         full_log = checkpoint_log == "messages"
         sites = as_sites(data)
         xb = self._consts.feature_norm

@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 
 from dpopt.exceptions import DPOptError, InvalidParameterError
 
-__all__ = ["CheckpointError", "RunStore", "fingerprint_arrays"]
+__all__ = ["CheckpointError", "RunStore", "check_run_options", "fingerprint_arrays"]
 
 Array = NDArray[np.float64]
 
@@ -92,6 +92,24 @@ def _atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def check_run_options(checkpoint_every: Any, checkpoint_log: Any) -> None:
+    """The run-directory options of :meth:`~dpopt.distributed.admm.PrivateADMM.run`, checked by name.
+
+    ``checkpoint_every``: a positive number of rounds, or None for no periodic checkpoint (a failed
+    worker then replays from where the run started); 0 or less is refused (it used to switch the
+    checkpoints off silently).  ``checkpoint_log``: ``"messages"`` or ``"digests"``.
+    """
+    if checkpoint_log not in ("messages", "digests"):
+        raise InvalidParameterError("checkpoint_log: must be 'messages' or 'digests'")
+    if checkpoint_every is not None and (
+        isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1
+    ):
+        raise InvalidParameterError(
+            "checkpoint_every: must be a positive number of rounds; pass None to disable periodic "
+            "checkpoints (a failed worker then replays from where the run started)"
+        )
 
 
 class RunStore:
