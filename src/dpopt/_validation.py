@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dpopt._lazy import LazyModule
-from dpopt.exceptions import InvalidParameterError
+from dpopt.exceptions import InvalidParameterError, LargeDeltaWarning
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,6 +78,25 @@ def check_probability(value: Any, name: str, *, open_right: bool = True, open_le
         lo = "(0" if open_left else "[0"
         hi = "1)" if open_right else "1]"
         raise InvalidParameterError(f"must lie in {lo}, {hi}", param=name)
+    return x
+
+
+#: δ at or above this is at least 1/n for every data set of n >= 2 records: the guarantee is void
+#: whatever n is (derivation: :mod:`dpopt.accounting.delta`).
+MAX_MEANINGFUL_DELTA = 0.5
+
+
+def check_budget_delta(value: Any) -> float:
+    """A budget's δ checked to lie in [0, 1); δ >= :data:`MAX_MEANINGFUL_DELTA` warns
+    (:class:`~dpopt.exceptions.LargeDeltaWarning`)."""
+    x = check_probability(value, "delta")
+    if x >= MAX_MEANINGFUL_DELTA:
+        warnings.warn(
+            f"delta: {x:g} is at least {MAX_MEANINGFUL_DELTA:g}, hence at least 1/n for every data set of two "
+            "or more records: the guarantee allows publishing whole records in the clear; use delta well below 1/n",
+            LargeDeltaWarning,
+            stacklevel=4,  # the caller of Budget(...)
+        )
     return x
 
 

@@ -22,10 +22,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from dpopt._validation import check_int, check_positive, check_probability
+from dpopt._validation import check_budget_delta, check_int, check_positive, check_probability
 from dpopt.accounting._dpa import dp_accounting, pld_common, pld_lib  # imported on first use
 from dpopt.accounting._dpa import rdp as _dpa_rdp
-from dpopt.accounting.delta import check_budget_delta
 from dpopt.accounting.events import (
     ComposedEvent,
     EpsilonDeltaEvent,
@@ -74,11 +73,7 @@ MAX_EPSILON = 1e6
 
 @dataclass(frozen=True)
 class Budget:
-    """A privacy budget (ε, δ).  0 < ε <= 1e6 (:data:`MAX_EPSILON`); 0 <= δ < 1.
-
-    δ >= 1/2 (:data:`dpopt.accounting.delta.MAX_MEANINGFUL_DELTA`) is accepted with a
-    :class:`~dpopt.exceptions.LargeDeltaWarning`: it is at least 1/n for every data set of two or more
-    records (see :mod:`dpopt.accounting.delta`).
+    """A privacy budget (ε, δ).  0 < ε <= 1e6 (:data:`MAX_EPSILON`); 0 <= δ < 1 (δ >= 1/2 warns).
 
     Examples
     --------

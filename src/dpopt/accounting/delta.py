@@ -19,32 +19,18 @@ import contextlib
 import contextvars
 import warnings
 from collections.abc import Iterator
-from typing import Any
 
-from dpopt._validation import check_probability
+from dpopt import _validation
 from dpopt.exceptions import LargeDeltaWarning
 
-__all__ = ["MAX_MEANINGFUL_DELTA", "check_budget_delta", "delta_size_checked", "warn_if_delta_exceeds_size"]
+__all__ = ["MAX_MEANINGFUL_DELTA", "delta_size_checked", "warn_if_delta_exceeds_size"]
 
-#: δ at or above this is at least 1/n for every data set of n >= 2 records (module docstring)
-MAX_MEANINGFUL_DELTA = 0.5
+#: δ at or above this (1/2) is at least 1/n for every data set of n >= 2 records (module docstring):
+#: :class:`~dpopt.accounting.Budget` warns for it (defined next to its check in ``dpopt._validation``)
+MAX_MEANINGFUL_DELTA = _validation.MAX_MEANINGFUL_DELTA
 
 #: set inside :func:`delta_size_checked`: a front door already checked δ against n for this call
 _CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar("dpopt_delta_size_checked", default=False)
-
-
-def check_budget_delta(delta: Any) -> float:
-    """``delta`` checked as a probability in [0, 1); δ >= :data:`MAX_MEANINGFUL_DELTA` warns."""
-    value = check_probability(delta, "delta")
-    if value >= MAX_MEANINGFUL_DELTA:
-        warnings.warn(
-            f"delta: {value:g} is at least {MAX_MEANINGFUL_DELTA:g}, hence at least 1/n for every data set of "
-            "two or more records: the guarantee allows publishing whole records in the clear; use delta well "
-            "below 1/n",
-            LargeDeltaWarning,
-            stacklevel=4,  # the caller of Budget(...)
-        )
-    return value
 
 
 def warn_if_delta_exceeds_size(
