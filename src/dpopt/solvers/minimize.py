@@ -485,7 +485,9 @@ def minimize(
     rel = accountant.neighbouring if isinstance(accountant, Accountant) else None
     relation = resolve_relation(neighbouring, rel, declared_size)
     origin = relation_origin(neighbouring, rel)
-    warn_delta_size(budget, relation, _n_rows(X), declared_size or options.get("declared_size"), "minimize")
+    warn_delta_size(
+        budget, relation, _rows_or_none(X), declared_size or options.get("declared_size"), "minimize"
+    )
     if relation == "add_remove":  # vertex polytopes: Frank-Wolfe normalised by the declared size
         name = _auto_add_remove_method(problem, budget) if method == "auto" else _ALIASES.get(method, method)
     else:
@@ -583,7 +585,7 @@ def relation_origin(neighbouring: str | None, accountant_rel: Neighbouring | Non
 
 
 def warn_delta_size(
-    budget: Any, relation: Neighbouring, n_rows: int, declared_size: Any, who: str, stacklevel: int = 4
+    budget: Any, relation: Neighbouring, n_rows: int | None, declared_size: Any, who: str, stacklevel: int = 4
 ) -> None:
     """Warn when δ >= 1/n for the *public* n: the rows under replace-one, ``declared_size`` under
     add/remove (the private size is never read; no declared size, no check)."""
@@ -655,6 +657,14 @@ def _add_remove_options(
         raise InvalidParameterError("batch_size: must not exceed declared_size")
     options["sampling_rate"] = m / N
     return default_sgd_options(name, problem, X, options, max_iter, N)
+
+
+def _rows_or_none(X: Any) -> int | None:
+    """The number of rows of ``X`` (public under replace-one), or None for input refused later."""
+    try:
+        return int(np.shape(X)[0])
+    except (ValueError, TypeError, IndexError):  # ragged, scalar: the solver's validation says what
+        return None
 
 
 def _n_rows(X: Any) -> int:
