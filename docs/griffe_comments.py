@@ -11,9 +11,15 @@ after the assignment) wins.
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import re
 from typing import Any
 
 import griffe
+
+#: A docstring line that is only a ``{name}`` placeholder, filled in when the module is imported.
+_PLACEHOLDER = re.compile(r"^\s*\{[a-z_]+\}\s*$", re.M)
 
 
 class SphinxComments(griffe.Extension):
@@ -40,3 +46,40 @@ class SphinxComments(griffe.Extension):
                 parser=agent.docstring_parser,
                 parser_options=agent.docstring_options,
             )
+
+
+class TemplatedDocstrings(griffe.Extension):
+    """Document functions whose docstrings are templates filled in at import time, as users see them.
+
+    The DP gradient methods and the HAMSI solvers share blocks of parameter documentation through
+    ``{common}``-style placeholders that the module fills in when it is imported; griffe reads the
+    source, so this extension imports the module and takes the function's run-time docstring.  Such
+    functions take their options as keywords forwarded into an options object (``**kwargs``), so
+    the documented options are not in the signature: for functions with ``**kwargs`` (only) the
+    parser does not warn about documented names missing from the signature, or about types the
+    signature cannot give.
+    """
+
+    def on_function_instance(self, *, node: Any, func: griffe.Function, agent: Any, **kwargs: Any) -> None:
+        if func.docstring is None:
+            return
+        text = func.docstring.value
+        if _PLACEHOLDER.search(text):
+            module = importlib.import_module(func.module.path)
+            obj: Any = module
+            for part in func.path[len(func.module.path) + 1 :].split("."):
+                obj = getattr(obj, part)
+            text = inspect.cleandoc(obj.__doc__ or "")
+        options = dict(agent.docstring_options or {})
+        if any(p.kind is griffe.ParameterKind.var_keyword for p in func.parameters):
+            options.update(warn_unknown_params=False, warn_missing_types=False)
+        elif text == func.docstring.value:
+            return
+        func.docstring = griffe.Docstring(
+            text,
+            lineno=func.docstring.lineno,
+            endlineno=func.docstring.endlineno,
+            parent=func,
+            parser=agent.docstring_parser,
+            parser_options=options,
+        )
