@@ -4,6 +4,7 @@ compilation through the current reporter."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 from collections.abc import Iterator
@@ -136,3 +137,29 @@ def test_plain_lines_are_throttled() -> None:
     reporter.update(1, "a")  # within the interval: not written
     reporter.update(2, "b", force=True)
     assert out.getvalue().splitlines() == ["dpopt: task: 0/3 ...", "dpopt: task: 2/3 b (0 s)"]
+
+
+def test_a_long_python_call_reports_iterations_within_a_reporting_block() -> None:
+    """Any iterative front door (here DP-GD through minimize) shows a sign of life when the caller
+    wraps it in ``reporting(Reporter())``, and stays silent otherwise."""
+    from dpopt import Budget, minimize
+    from dpopt.problems import DataBounds, ERMProblem
+    from dpopt.progress import Reporter, reporting
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, 1, (200, 3)) / np.sqrt(3)
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    problem = ERMProblem("logistic", DataBounds(feature_norm=1.0), l2_penalty=0.1)
+
+    def fit() -> None:
+        minimize(problem, X, y, method="dp_gd", budget=Budget(1.0, 1e-5), rng=0, max_iter=50)
+
+    out = io.StringIO()
+    with reporting(Reporter(stream=out, bar=False, interval=0.0)):
+        fit()
+    lines = out.getvalue().splitlines()
+    assert any(line.startswith("dpopt: iteration ") for line in lines), lines
+    quiet = io.StringIO()
+    with contextlib.redirect_stderr(quiet):
+        fit()
+    assert "iteration" not in quiet.getvalue()

@@ -30,6 +30,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from dpopt import progress
+
 __all__ = [
     "STATUSES",
     "Callback",
@@ -111,7 +113,14 @@ def wants_stop(callback: Callable[..., Any] | None, *args: Any) -> bool:
 
 
 def notify(callback: Callback | None, nit: int, x: Any = None, **values: Any) -> bool:
-    """Build the :class:`IterationInfo` and call ``callback`` with it; True when it asks to stop."""
+    """Build the :class:`IterationInfo` and call ``callback`` with it; True when it asks to stop.
+
+    Also the solvers' sign of life: with a progress reporter current (:func:`dpopt.progress.reporting`),
+    it writes ``iteration nit`` at most once per the reporter's interval.
+    """
+    reporter = progress.current()
+    if reporter is not None:
+        reporter.heartbeat(f"iteration {nit}")
     if callback is None:
         return False
     return wants_stop(callback, IterationInfo(nit, x, values))

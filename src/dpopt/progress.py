@@ -8,7 +8,10 @@ default; ``--no-progress`` silences them.
 Code deep inside a run does not take an argument for this: it announces through the *current*
 reporter (:func:`note`), which the front door sets for the duration of the run (:func:`reporting`).
 The compiled kernels do so around their first compilation (:func:`announce_compilation`), which takes tens of
-seconds once and is then cached on disk.
+seconds once and is then cached on disk; the iterative solvers (ERM and DP gradient methods, HAMSI,
+ALS, the strategy optimizer) write a line at most every ``interval`` seconds (the iteration count,
+through :func:`dpopt.iteration.notify`).  In Python, a long
+call of any front door reports when wrapped in ``with reporting(Reporter()):``.
 
 Examples
 --------
@@ -119,6 +122,16 @@ class Reporter:
             self._last = now
             what = f" {info}" if info else ""
             self.note(f"{self._label}: {done}/{self._total}{what} ({now - self._t0:.0f} s)")
+
+    def heartbeat(self, what: str) -> None:
+        """Say ``what`` (e.g. ``"iteration 1200"``) at most once per ``interval`` seconds: the sign of
+        life of an iterative solver, written by :func:`dpopt.iteration.notify` after every iteration."""
+        now = time.monotonic()
+        if not self._last:
+            self._t0 = self._last = now
+        elif now - self._last >= self._interval:
+            self._last = now
+            self.note(f"{what} ({now - self._t0:.0f} s)")
 
     def stop(self) -> None:
         """End the task (removes nothing already written)."""

@@ -95,7 +95,7 @@ class _Context:
 
     def notify(self, callback: Callback | None, t: int, x: Array) -> bool:
         """Call ``callback`` after step ``t`` (1-based); remember the stop when it asks for one."""
-        if callback is not None and notify(callback, t, x):
+        if notify(callback, t, x):
             self.stopped_at = t
             return True
         return False

@@ -356,9 +356,10 @@ class DistributedConvergence(Hook[DistributedRun]):
 
 
 class DistributedCallback(Hook[DistributedRun]):
-    """The user's ``callback(info)`` after every outer iteration; ``True`` stops (``"stopped"``)."""
+    """The user's ``callback(info)`` after every outer iteration; ``True`` stops (``"stopped"``).
+    Installed without a callback too (the progress heartbeat of :func:`dpopt.iteration.notify`)."""
 
-    def __init__(self, callback: Callback) -> None:
+    def __init__(self, callback: Callback | None) -> None:
         self.callback = callback
 
     def on_evaluated(self, run: DistributedRun) -> None:
@@ -377,6 +378,5 @@ def distributed_hooks(
     ]  # fmt: skip
     if opts.time_budget is not None:
         hooks.insert(2, DistributedBudget(opts.time_budget))
-    if callback is not None:
-        hooks.append(DistributedCallback(callback))
+    hooks.append(DistributedCallback(callback))
     return hooks

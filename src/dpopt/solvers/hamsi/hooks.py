@@ -175,9 +175,10 @@ class Checkpoint(Hook["_SharedRun"]):
 
 class CallbackHook(Hook["_SharedRun"]):
     """The user's ``callback(info)`` after every outer iteration; ``True`` (or ``StopIteration``)
-    stops the run (status ``"stopped"``, the stopping point evaluated)."""
+    stops the run (status ``"stopped"``, the stopping point evaluated).  Installed without a callback
+    too: :func:`dpopt.iteration.notify` is also the progress heartbeat."""
 
-    def __init__(self, callback: Callback) -> None:
+    def __init__(self, callback: Callback | None) -> None:
         self.callback = callback
 
     def on_epoch_end(self, run: _SharedRun) -> None:
@@ -196,6 +197,5 @@ def shared_memory_hooks(
         hooks.append(TimeBudget(run.opts.time_budget))
     if checkpoint is not None:
         hooks.append(Checkpoint(run, checkpoint))
-    if callback is not None:
-        hooks.append(CallbackHook(callback))
+    hooks.append(CallbackHook(callback))
     return hooks
