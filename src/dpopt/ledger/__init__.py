@@ -37,9 +37,10 @@ from dpopt.ledger.errors import (
     LedgerSchemaError,
     UnknownDatasetError,
 )
+from dpopt.ledger.records import Dataset, Release
 from dpopt.ledger.schema import SCHEMA_VERSION
 from dpopt.ledger.serialize import event_from_json, event_to_json
-from dpopt.ledger.store import Dataset, Ledger, Release
+from dpopt.ledger.store import Ledger
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpopt.accounting import Accountant, Budget, LedgerEntry, PrivacyEvent, PrivacySpent, make_accountant
 from dpopt.accounting.accountants import _REL_TOL, InfoNote
@@ -24,7 +24,10 @@ from dpopt.exceptions import BudgetExceededError, DPOptError, PrivacyClaimWarnin
 from dpopt.ledger.backend import Transaction
 from dpopt.ledger.errors import LedgerError, LedgerSchemaError, UnknownDatasetError
 from dpopt.ledger.serialize import event_from_json, event_to_json
-from dpopt.ledger.store import _RELEASE_COLUMNS, Dataset, Ledger, _now, default_actor
+
+if TYPE_CHECKING:
+    from dpopt.ledger.store import Ledger
+from dpopt.ledger.records import RELEASE_COLUMNS, Dataset, default_actor, now
 
 __all__ = ["LedgerAccountant"]
 
@@ -48,6 +51,7 @@ class LedgerAccountant(Accountant):
     --------
     >>> import os, tempfile
     >>> from dpopt.accounting import Budget
+    >>> from dpopt.ledger import Ledger
     >>> from dpopt.mechanisms import GaussianMechanism
     >>> ledger = Ledger("sqlite:///" + os.path.join(tempfile.mkdtemp(), "l.db"), create=True)
     >>> _ = ledger.add_dataset("visits", budget=Budget(1.0, 1e-6), neighbouring="replace_one")
@@ -62,7 +66,8 @@ class LedgerAccountant(Accountant):
     kind = "ledger"
 
     def __init__(self, ledger: Ledger, dataset: Dataset, *, note: str = "") -> None:
-        if not isinstance(ledger, Ledger) or not isinstance(dataset, Dataset):
+        # duck-typed: the Ledger (store) imports this module, so this one does not import it
+        if getattr(ledger, "_backend", None) is None or not isinstance(dataset, Dataset):
             raise LedgerError("LedgerAccountant: create it with Ledger.accountant(name)")
         self.dataset = dataset.name
         self.note = str(note)[:1000]
@@ -215,11 +220,11 @@ class LedgerAccountant(Accountant):
                 )
             seq = self._seq + 1
             tx.run(
-                f"INSERT INTO dpopt_releases ({_RELEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO dpopt_releases ({RELEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     self.dataset,
                     seq,
-                    _now(),
+                    now(),
                     default_actor(),
                     label,
                     self.note,

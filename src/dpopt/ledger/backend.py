@@ -17,10 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from dpopt.exceptions import InvalidParameterError
 from dpopt.ledger.errors import LedgerError
 
-__all__ = ["Backend", "Transaction", "open_backend", "redact_url"]
+__all__ = ["Backend", "Transaction", "redact_url"]
 
 #: connections inherited through ``fork``: never used, closed or finalized by the child
 _INHERITED: list[Any] = []
@@ -196,26 +195,3 @@ class Backend(ABC):
         self.__dict__.update(state)
         self._lock = threading.RLock()
         self._pid = os.getpid()
-
-
-def open_backend(url: str, *, timeout: float = 30.0, create: bool = False) -> Backend:
-    """The backend for ``url``: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` (a plain file
-    path also means SQLite) or ``postgresql://user@host:port/dbname``."""
-    if not isinstance(url, str) or not url.strip():
-        raise InvalidParameterError(
-            "ledger: expected a URL such as 'sqlite:///ledger.db' or 'postgresql://...'"
-        )
-    if not (timeout > 0):
-        raise InvalidParameterError("timeout: must be positive (seconds)")
-    scheme = url.split(":", 1)[0].lower() if "://" in url else ""
-    if scheme in ("postgresql", "postgres"):
-        from dpopt.ledger.postgres import PostgresBackend
-
-        return PostgresBackend(url, timeout=timeout, create=create)
-    if scheme in ("sqlite", ""):
-        from dpopt.ledger.sqlite import SqliteBackend
-
-        return SqliteBackend(url, timeout=timeout, create=create)
-    raise InvalidParameterError(
-        f"ledger: unsupported URL scheme {scheme!r}; use 'sqlite:///path/ledger.db' or 'postgresql://...'"
-    )

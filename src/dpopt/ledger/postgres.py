@@ -19,7 +19,7 @@ from dpopt.ledger.errors import (
     LedgerReadOnlyError,
     LedgerSchemaError,
 )
-from dpopt.ledger.sqlite import _DATASET_SELECT
+from dpopt.ledger.schema import DATASET_SELECT
 
 __all__ = ["PostgresBackend"]
 
@@ -104,5 +104,5 @@ class PostgresBackend(Backend):
         tx.query("SELECT pg_advisory_xact_lock(?)", (_SCHEMA_LOCK,))
 
     def lock_dataset(self, tx: Transaction, name: str) -> tuple[Any, ...] | None:
-        rows = tx.query(_DATASET_SELECT + " WHERE name = ? FOR UPDATE", (name,))
+        rows = tx.query(DATASET_SELECT + " WHERE name = ? FOR UPDATE", (name,))
         return rows[0] if rows else None

@@ -21,7 +21,7 @@ Tables (version 1)
 
 from __future__ import annotations
 
-__all__ = ["FORMAT", "MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["DATASET_SELECT", "FORMAT", "MIGRATIONS", "SCHEMA_VERSION"]
 
 #: Value of the ``format`` key in ``dpopt_ledger_meta``.
 FORMAT = "dpopt-ledger"
@@ -59,3 +59,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
 
 #: The schema version this dpopt writes (the largest key of :data:`MIGRATIONS`).
 SCHEMA_VERSION = max(MIGRATIONS)
+
+#: The dataset row, in the order :class:`~dpopt.ledger.records.Dataset` reads it (backends append
+#: their own ``WHERE`` and locking clauses).
+DATASET_SELECT = (
+    "SELECT name, epsilon, delta, neighbouring, accountant, description, created_at, created_by, n_releases "
+    "FROM dpopt_datasets"
+)

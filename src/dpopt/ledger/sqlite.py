@@ -22,6 +22,7 @@ from dpopt.ledger.errors import (
     LedgerReadOnlyError,
     LedgerSchemaError,
 )
+from dpopt.ledger.schema import DATASET_SELECT
 
 __all__ = ["SqliteBackend", "sqlite_path"]
 
@@ -131,11 +132,5 @@ class SqliteBackend(Backend):
 
     def lock_dataset(self, tx: Transaction, name: str) -> tuple[Any, ...] | None:
         # BEGIN IMMEDIATE already holds the database's write lock
-        rows = tx.query(_DATASET_SELECT + " WHERE name = ?", (name,))
+        rows = tx.query(DATASET_SELECT + " WHERE name = ?", (name,))
         return rows[0] if rows else None
-
-
-_DATASET_SELECT = (
-    "SELECT name, epsilon, delta, neighbouring, accountant, description, created_at, created_by, n_releases "
-    "FROM dpopt_datasets"
-)

@@ -3,151 +3,31 @@
 from __future__ import annotations
 
 import datetime as _dt
-import getpass
 import json
 import math
-import os
 import re
-import socket
 import warnings
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dpopt.accounting import Budget, PrivacyEvent, PrivacySpent, make_accountant
+from dpopt.accounting import Budget, PrivacySpent, make_accountant
 from dpopt.accounting.accountants import available_accountants
 from dpopt.accounting.events import Neighbouring, check_neighbouring
 from dpopt.exceptions import DPOptError, Hint, InvalidParameterError, PrivacyClaimWarning
-from dpopt.ledger.backend import Backend, Transaction, open_backend
+from dpopt.ledger.backend import Backend, Transaction
+from dpopt.ledger.connect import open_backend
 from dpopt.ledger.errors import CREATE_HINT, LedgerError, LedgerSchemaError, UnknownDatasetError
+from dpopt.ledger.records import RELEASE_COLUMNS, Dataset, Release, default_actor, now
 from dpopt.ledger.schema import FORMAT, MIGRATIONS, SCHEMA_VERSION
-from dpopt.ledger.serialize import event_from_json
 
 if TYPE_CHECKING:
     from dpopt.ledger.accountant import LedgerAccountant
 
-__all__ = ["Dataset", "Ledger", "Release", "default_actor"]
+__all__ = ["Ledger"]  # Dataset, Release and default_actor live in dpopt.ledger.records (importable here too)
 
 _NAME_RE = re.compile(r"^[\w][\w.:@+/-]{0,99}$")
 _DATASET_COLUMNS = (
     "name, epsilon, delta, neighbouring, accountant, description, created_at, created_by, n_releases"
 )
-_RELEASE_COLUMNS = "dataset, seq, recorded_at, actor, label, note, event, count, epsilon_spent, epsilon_total"
-
-
-def default_actor() -> str:
-    """Who records a release: ``$DPOPT_LEDGER_ACTOR``, else ``user@host (pid N)``."""
-    env = os.environ.get("DPOPT_LEDGER_ACTOR", "").strip()
-    if env:
-        return env[:200]
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()} (pid {os.getpid()})"
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _parse_time(text: str) -> _dt.datetime:
-    return _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """A dataset registered in a ledger.
-
-    Attributes
-    ----------
-    name : str
-    budget : Budget
-        The total (ε, δ) every release on this dataset together may spend.
-    neighbouring : {"add_remove", "replace_one"}
-        The relation every release's sensitivities are declared under.
-    accountant : str
-        How releases compose: ``"pld"`` (default), ``"rdp"``, ``"basic"`` or ``"advanced"``.
-    description, created_at, created_by
-        Free text, when and by whom it was registered.
-    n_releases : int
-        Releases recorded so far.
-    """
-
-    name: str
-    budget: Budget
-    neighbouring: Neighbouring
-    accountant: str
-    description: str
-    created_at: _dt.datetime
-    created_by: str
-    n_releases: int
-
-    @classmethod
-    def _from_row(cls, row: tuple[Any, ...]) -> Dataset:
-        return cls(
-            name=row[0],
-            budget=Budget(float(row[1]), float(row[2])),
-            neighbouring=check_neighbouring(row[3]),
-            accountant=str(row[4]),
-            description=str(row[5]),
-            created_at=_parse_time(row[6]),
-            created_by=str(row[7]),
-            n_releases=int(row[8]),
-        )
-
-
-@dataclass(frozen=True)
-class Release:
-    """One recorded release.
-
-    Attributes
-    ----------
-    dataset : str
-    seq : int
-        1, 2, ... in the order the releases were recorded on the dataset.
-    recorded_at : datetime
-        When it was recorded (UTC), before its noise was drawn.
-    actor : str
-        Who recorded it (``user@host (pid N)`` or ``$DPOPT_LEDGER_ACTOR``).
-    label : str
-        What was released (the release's own label, e.g. ``"dp_sgd"`` or ``"gaussian"``).
-    note : str
-        Free text given to :meth:`Ledger.accountant` (the CLI puts its command here).
-    event : PrivacyEvent
-        The privacy event, as composed.
-    count : int
-        Number of copies of ``event``.
-    epsilon_spent : float
-        What this release added to the dataset's ε (at the dataset's δ) when it was recorded.
-    epsilon_total : float
-        The dataset's ε after this release.
-    """
-
-    dataset: str
-    seq: int
-    recorded_at: _dt.datetime
-    actor: str
-    label: str
-    note: str
-    event: PrivacyEvent
-    count: int
-    epsilon_spent: float
-    epsilon_total: float
-
-    @classmethod
-    def _from_row(cls, row: tuple[Any, ...]) -> Release:
-        return cls(
-            dataset=row[0],
-            seq=int(row[1]),
-            recorded_at=_parse_time(row[2]),
-            actor=row[3],
-            label=row[4],
-            note=row[5],
-            event=event_from_json(row[6]),
-            count=int(row[7]),
-            epsilon_spent=float(row[8]),
-            epsilon_total=float(row[9]),
-        )
 
 
 class Ledger:
@@ -227,7 +107,7 @@ class Ledger:
                     tx.run(
                         "INSERT INTO dpopt_ledger_meta (key, value) VALUES (?, ?)", ("schema_version", "1")
                     )
-                    tx.run("INSERT INTO dpopt_ledger_meta (key, value) VALUES (?, ?)", ("created_at", _now()))
+                    tx.run("INSERT INTO dpopt_ledger_meta (key, value) VALUES (?, ?)", ("created_at", now()))
                 else:
                     tx.run(
                         "UPDATE dpopt_ledger_meta SET value = ? WHERE key = 'schema_version'", (str(target),)
@@ -296,7 +176,7 @@ class Ledger:
                 raise LedgerError(f"dataset {name!r} already exists in the ledger {be.display_url}")
             tx.run(
                 f"INSERT INTO dpopt_datasets ({_DATASET_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, budget.epsilon, budget.delta, rel, kind, description, _now(), default_actor(), 0),
+                (name, budget.epsilon, budget.delta, rel, kind, description, now(), default_actor(), 0),
             )
         return self.dataset(name)
 
@@ -328,7 +208,7 @@ class Ledger:
         self.dataset(name)  # unknown names are an error, not an empty history
         with self._backend.transaction(write=False) as tx:
             rows = tx.query(
-                f"SELECT {_RELEASE_COLUMNS} FROM dpopt_releases WHERE dataset = ? AND seq > ? ORDER BY seq",
+                f"SELECT {RELEASE_COLUMNS} FROM dpopt_releases WHERE dataset = ? AND seq > ? ORDER BY seq",
                 (name, int(since)),
             )
         out = []
@@ -384,7 +264,7 @@ class Ledger:
             "format": FORMAT,
             "schema_version": self.schema_version,
             "ledger": self.url,
-            "exported_at": _now(),
+            "exported_at": now(),
             "datasets": [],
         }
         for ds in datasets:
