@@ -35,20 +35,18 @@ Examples
 
 from __future__ import annotations
 
-from dpopt.datasets._adult import (
-    ADULT_DECLARED_MAXIMA,
+# One concern per module: _types (Dataset, Ratings, DatasetFormatError, shared checks),
+# _synthetic (make_*), _adult (UCI Adult), _movielens (MovieLens), _sklearn_sets (scikit-learn's
+# bundled sets).  The public names are these re-exports; import them from dpopt.datasets.
+from dpopt.datasets._adult import ADULT_DECLARED_MAXIMA, load_adult
+from dpopt.datasets._movielens import load_movielens
+from dpopt.datasets._sklearn_sets import (
     BREAST_CANCER_DECLARED_MAXIMA,
-    Dataset,
-    DatasetFormatError,
-    Ratings,
-    load_adult,
     load_breast_cancer,
     load_digits_one_vs_rest,
-    load_movielens,
-    make_histogram,
-    make_logistic,
-    make_low_rank_ratings,
 )
+from dpopt.datasets._synthetic import make_histogram, make_logistic, make_low_rank_ratings
+from dpopt.datasets._types import Dataset, DatasetFormatError, Ratings
 
 __all__ = [
     "ADULT_DECLARED_MAXIMA",
