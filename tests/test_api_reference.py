@@ -101,6 +101,15 @@ def _top_level(module: str) -> dict[str, ast.stmt]:
     return out
 
 
+def _imported_from(module: str, name: str) -> str | None:
+    """The dpopt module that ``module``'s source imports ``name`` from (``from X import name``), or None."""
+    for node in _source(module)[1]:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dpopt"):
+            if any(alias.name == name and alias.asname in (None, name) for alias in node.names):
+                return node.module
+    return None
+
+
 def documented_paths() -> set[str]:
     """Every path the reference pages render an entry for (by this file's static reading): a
     module's directive renders what it defines and what its ``__all__`` exports (mkdocstrings'
@@ -131,7 +140,8 @@ def has_documentation(path: str) -> bool:
     source, body = _source(parent)
     node = _top_level(parent).get(name)
     if node is None:
-        return False
+        origin = _imported_from(parent, name)  # a constant re-exported by a package's __init__
+        return origin is not None and has_documentation(f"{origin}.{name}")
     if isinstance(node, ast.ClassDef | ast.FunctionDef):
         return ast.get_docstring(node) is not None
     i = body.index(node)
