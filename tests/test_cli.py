@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cli_checks import one_error_line  # tests/cli_checks.py
 from dpopt.cli import main
 from dpopt.experiments import registry
 
@@ -51,14 +52,6 @@ def demo() -> Iterator[str]:
     registry.unregister("cli-demo")
 
 
-def _one_error_line(err: str) -> str:
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("dpopt: error: ")
-    return lines[0]
-
-
 def test_list_shows_registered_names(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list"]) == 0
     out = capsys.readouterr().out
@@ -68,7 +61,7 @@ def test_list_shows_registered_names(demo: str, capsys: pytest.CaptureFixture[st
 
 def test_unknown_experiment_is_one_line_error(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reproduce", "cli-dem0"]) == 2
-    line = _one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
     assert "unknown experiment 'cli-dem0'" in line and "did you mean 'cli-demo'" in line
 
 
@@ -92,7 +85,7 @@ def test_bad_usage_exits_2_with_one_line(
     argv: list[str], demo: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main([*argv, "--out", str(tmp_path / "o")] if argv[:1] == ["reproduce"] else argv) == 2
-    _one_error_line(capsys.readouterr().err)
+    one_error_line(capsys.readouterr().err)
     assert not (tmp_path / "o").exists()  # checked before the run folder is created
 
 
@@ -100,10 +93,10 @@ def test_unwritable_out_dir(demo: str, tmp_path: Path, capsys: pytest.CaptureFix
     blocker = tmp_path / "plain-file"
     blocker.write_text("not a directory")
     assert main(["reproduce", "cli-demo", "--out", str(blocker / "run")]) == 2
-    line = _one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
     assert "plain-file" in line
     assert main(["tour", "--out", str(blocker / "tour")]) == 2  # no tour experiment registered either way
-    _one_error_line(capsys.readouterr().err)
+    one_error_line(capsys.readouterr().err)
 
 
 def test_reproduce_writes_records_figure_and_report(
@@ -121,7 +114,7 @@ def test_reproduce_writes_records_figure_and_report(
 
     # Running again into the same directory needs --resume (which skips finished seeds).
     assert main(["reproduce", "cli-demo", "--scale", "paper", "--out", str(out)]) == 2
-    assert "--resume" in _one_error_line(capsys.readouterr().err)
+    assert "--resume" in one_error_line(capsys.readouterr().err)
     args = ["reproduce", "cli-demo", "--scale", "paper", "--seeds", "0,6", "--out", str(out), "--resume"]
     assert main(args) == 0
     assert "skipped seeds already completed: 0" in capsys.readouterr().out
@@ -181,7 +174,7 @@ def test_bad_settings_fail_before_anything_is_written(
             ("dataset=bogus", "unknown 'bogus'"),
         ]:
             assert main(["reproduce", "cli-data", "--set", setting, "--out", "run"]) == 2
-            line = _one_error_line(capsys.readouterr().err)
+            line = one_error_line(capsys.readouterr().err)
             assert expect in line and f"--set {setting.split('=')[0]}" in line
             assert list(tmp_path.iterdir()) == []  # no run folder: the corrected rerun needs no --overwrite
         (tmp_path / "rows.csv").write_text("1\n")
@@ -206,7 +199,7 @@ def test_set_overrides_the_configuration(
     assert json.loads((out / "config.json").read_text())["config"] == {"n": 5}
     # resuming with a different setting is refused: the stored config no longer matches
     assert main(["reproduce", "cli-demo", "--set", "n=6", "--out", str(out), "--resume"]) == 2
-    assert "differs" in _one_error_line(capsys.readouterr().err)
+    assert "differs" in one_error_line(capsys.readouterr().err)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,7 +247,7 @@ def test_report_command(demo: str, tmp_path: Path, capsys: pytest.CaptureFixture
     doc = index.read_text()
     assert doc.count("data:image/png;base64,") == 2 and "CLI demo cli-demo." in doc
     assert main(["report", str(tmp_path / "missing")]) == 2
-    _one_error_line(capsys.readouterr().err)
+    one_error_line(capsys.readouterr().err)
     assert main(["report", str(runs), "--open", "maybe"]) == 2
 
 
@@ -295,7 +288,7 @@ def test_unknown_hamsi_dataset_fails_before_a_run_folder_exists(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["reproduce", "hamsi-table3.1", "--set", "dataset=movielens-1m", "--out", "r"]) == 2
-    assert "unknown 'movielens-1m'" in _one_error_line(capsys.readouterr().err)
+    assert "unknown 'movielens-1m'" in one_error_line(capsys.readouterr().err)
     assert main(["reproduce", "hamsi-table3.1", "--set", "dataset=movielens:ml-1m/ratings.dat"]) == 2
-    assert "ml-1m/ratings.dat does not exist" in _one_error_line(capsys.readouterr().err)
+    assert "ml-1m/ratings.dat does not exist" in one_error_line(capsys.readouterr().err)
     assert list(tmp_path.iterdir()) == []

@@ -8,22 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from cli_checks import one_error_line  # tests/cli_checks.py
 from dpopt.cli import build_parser, main
-
-
-def _one_error_line(err: str) -> str:
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("dpopt: error: ")
-    return lines[0]
 
 
 def test_malformed_site_toml_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = tmp_path / "site.toml"
     cfg.write_text('[supernode\nsuperlink = "127.0.0.1:9200"\n')
     assert main(["site", "serve", "--config", str(cfg), "--dry-run", "--insecure"]) == 2
-    line = _one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
     assert str(cfg) in line and "not valid TOML" in line and "line 1" in line
 
 
@@ -47,7 +40,7 @@ def test_answer_takes_the_schema_inline_as_its_help_shows(
     assert main([*argv, "--schema", json.dumps(_SCHEMA), "--out", str(out)]) == 0, capsys.readouterr().err
     assert out.exists()
     assert main([*argv, "--schema", "{not json", "--out", str(tmp_path / "b.csv")]) == 2
-    assert "--schema (inline JSON): not valid JSON" in _one_error_line(capsys.readouterr().err)
+    assert "--schema (inline JSON): not valid JSON" in one_error_line(capsys.readouterr().err)
 
 
 def test_clip_hint_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -56,7 +49,7 @@ def test_clip_hint_names_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[
     argv = ["answer", "kway:k=1", str(_records(tmp_path, outside=True)), "--schema", str(schema)]
     argv += ["--epsilon", "1", "--delta", "1e-6", "--seed", "0", "--out", str(tmp_path / "a.csv")]
     assert main(argv) == 2
-    line = _one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
     assert "pass --clip to move them" in line and "clip=True" not in line and "99" not in line
 
 
@@ -64,10 +57,10 @@ def test_a_workload_spec_error_names_the_key_the_user_typed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["strategy", "prefix:n=0", "--out", str(tmp_path / "s.npz")]) == 2
-    line = _one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
     assert line == "dpopt: error: workload spec 'prefix:n=0': n: must be an integer >= 1"
     assert main(["strategy", "ranges:m=0,n=4,seed=0", "--out", str(tmp_path / "s.npz")]) == 2
-    assert "'ranges:m=0,n=4,seed=0': m: must be" in _one_error_line(capsys.readouterr().err)
+    assert "'ranges:m=0,n=4,seed=0': m: must be" in one_error_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize(
@@ -99,7 +92,7 @@ def test_numeric_options_are_checked_when_parsed(
     (tmp_path / "site.toml").write_text('[supernode]\nsuperlink = "127.0.0.1:9200"\n')
     (tmp_path / "mkdocs.yml").write_text("site_name: x\n")
     assert main(argv) == 2
-    line = _one_error_line(capsys.readouterr().err)
+    line = one_error_line(capsys.readouterr().err)
     assert line.startswith(f"dpopt: error: {flag}: "), line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mkdocs.yml", "site.toml"]  # nothing ran
 
