@@ -131,7 +131,8 @@ class Reporter:
             self._t0 = self._last = now
         elif now - self._last >= self._interval:
             self._last = now
-            self.note(f"{what} ({now - self._t0:.0f} s)")
+            task = f"{self._label}: " if self._label else ""
+            self.note(f"{task}{what} ({now - self._t0:.0f} s)")
 
     def stop(self) -> None:
         """End the task (removes nothing already written)."""
